@@ -1,0 +1,5 @@
+"""Entry point for ``python -m pinguard``."""
+
+from pinguard.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The error hierarchy: one base error per layer, each mapped by the CLI to an exit code.
+
+Exit codes (documented in docs/exit-codes.md): 0 pass, 1 findings at or above --fail-on,
+2 usage or configuration error, 3 the image could not be read.
+"""
+
+from __future__ import annotations
+
+EXIT_PASS = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_IMAGE = 3
+
+
+class PinguardError(Exception):
+    """Base of every error pinguard raises on purpose."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(PinguardError):
+    """The command line or a file it names is wrong."""
+
+    exit_code = EXIT_USAGE
+
+
+class InvalidReference(UsageError, ValueError):
+    """An image reference that no transport understands."""
+
+
+class ConfigError(PinguardError):
+    """A policy, constraints or configuration file is wrong."""
+
+    exit_code = EXIT_USAGE
+
+
+class SourceError(PinguardError):
+    """The image could not be read: not found, auth, network, corrupt."""
+
+    exit_code = EXIT_IMAGE
+
+
+class ImageNotFound(SourceError):
+    """The image (or a tag, platform or blob in it) does not exist."""
+
+
+class AuthError(SourceError):
+    """The registry or daemon refused our credentials."""
+
+
+class BlobVerificationError(SourceError):
+    """A blob's bytes did not match its digest or size."""
+
+
+class LayerError(SourceError):
+    """A layer stream is corrupt (bad compression or tar)."""
+
+
+class ResolveError(PinguardError):
+    """The resolver (uv, pip-tools) could not be run or failed unexpectedly."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,240 @@
+"""The value types that flow between pinguard's layers.
+
+Everything here is a frozen, slotted dataclass built from already-parsed values
+(`packaging` names and versions), so each stage of the pipeline
+(source -> layers -> catalog -> snapshot/diff -> policy -> report/emit) hands the
+next one plain, immutable facts. Nothing in this module does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.utils import NormalizedName
+from packaging.version import InvalidVersion, Version
+
+SCHEMA_ID = "pinguard/audit/v1"
+
+
+class ChangeKind(str, enum.Enum):
+    """What one build step did to one distribution in one environment."""
+
+    ADDED = "added"
+    REMOVED = "removed"
+    UPGRADED = "upgraded"
+    DOWNGRADED = "downgraded"
+    REINSTALLED = "reinstalled"
+
+
+class Severity(str, enum.Enum):
+    """How much a finding matters; ordered so that ERROR > WARNING > INFO."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "error": 2}[self.value]
+
+
+def parse_version(raw: str) -> Version | None:
+    """Return the PEP 440 version for ``raw``, or None when it is not PEP 440."""
+    try:
+        return Version(raw)
+    except InvalidVersion:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """An image platform such as linux/arm64/v8."""
+
+    os: str
+    architecture: str
+    variant: str = ""
+
+    def __str__(self) -> str:
+        base = f"{self.os}/{self.architecture}"
+        return f"{base}/{self.variant}" if self.variant else base
+
+    @property
+    def machine(self) -> str:
+        """The value of ``platform_machine`` a Python on this platform reports."""
+        return {
+            "amd64": "x86_64",
+            "arm64": "aarch64",
+            "386": "i686",
+            "arm": "armv7l",
+            "ppc64le": "ppc64le",
+            "s390x": "s390x",
+            "riscv64": "riscv64",
+        }.get(self.architecture, self.architecture)
+
+
+@dataclass(frozen=True, slots=True)
+class Incomplete:
+    """Something pinguard could not read; a gate never passes while one exists."""
+
+    what: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """One installed Python distribution (a dist-info or egg-info directory)."""
+
+    name: NormalizedName
+    raw_version: str
+    metadata_path: str  # absolute path of the .dist-info/.egg-info inside the image
+    requires_dist: tuple[str, ...] = ()
+    requires_python: str | None = None
+    installer: str | None = None
+    requested: bool = False
+    direct_url: dict[str, Any] | None = None
+    # RECORD: absolute path -> "algo=hash" ("" when RECORD gives no hash)
+    record: tuple[tuple[str, str], ...] = ()
+    # A digest over the metadata files, so a reinstall of the same version shows up.
+    fingerprint: str = ""
+    display_name: str = ""
+
+    @property
+    def version(self) -> Version | None:
+        return parse_version(self.raw_version)
+
+    @property
+    def pep440(self) -> bool:
+        return self.version is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """A Python environment: one site-packages or dist-packages directory."""
+
+    path: str
+    python: str | None  # "3.11" or "3.11.2" when known
+    distributions: tuple[Distribution, ...] = ()
+
+    def by_name(self) -> dict[NormalizedName, Distribution]:
+        return {d.name: d for d in self.distributions}
+
+
+@dataclass(frozen=True, slots=True)
+class DebPackage:
+    """One installed Debian package from /var/lib/dpkg/status."""
+
+    name: str
+    version: str
+    architecture: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What was installed after one step."""
+
+    environments: tuple[Environment, ...] = ()
+    debs: tuple[DebPackage, ...] = ()
+    incomplete: tuple[Incomplete, ...] = ()
+
+    def environment(self, path: str) -> Environment | None:
+        for env in self.environments:
+            if env.path == path:
+                return env
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """An installed requirement that admits the new version and excludes the old."""
+
+    package: NormalizedName
+    version: str
+    requirement: str
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One distribution that one step changed in one environment."""
+
+    environment: str
+    name: NormalizedName
+    kind: ChangeKind
+    before: str | None
+    after: str | None
+    causes: tuple[Cause, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unmet:
+    """A requirement not met after a step (what ``pip check`` would say)."""
+
+    environment: str
+    package: NormalizedName
+    version: str
+    requirement: str
+    installed: str | None  # the installed version of the required name, None if missing
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One history entry of the image; ``layer_digest`` is None for empty layers."""
+
+    index: int  # 1-based position in the image history
+    created_by: str
+    layer_digest: str | None
+    changes: tuple[Change, ...] = ()
+    unmet: tuple[Unmet, ...] = ()
+    comment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A policy's judgement on one fact."""
+
+    rule: str
+    severity: Severity
+    message: str
+    package: str | None = None
+    environment: str | None = None
+    step: int | None = None
+    versions: tuple[str, ...] = ()
+    policy_file: str | None = None
+    policy_line: int | None = None
+    waived: bool = False
+    waiver_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInfo:
+    """Which image was audited."""
+
+    reference: str
+    manifest_digest: str | None
+    platform: Platform | None
+    transport: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditResult:
+    """Everything an audit found: the object every report renders."""
+
+    image: ImageInfo
+    steps: tuple[Step, ...]
+    final: Snapshot
+    snapshots: tuple[Snapshot, ...] = ()  # state after each step, parallel to ``steps``
+    findings: tuple[Finding, ...] = ()
+    incomplete: tuple[Incomplete, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def verdict(self, fail_on: Severity | None, allow_incomplete: bool = False) -> str:
+        """``pass`` or ``fail`` for findings at or above ``fail_on`` (None: never)."""
+        if self.incomplete and not allow_incomplete:
+            return "fail"
+        if fail_on is None:
+            return "pass"
+        for f in self.findings:
+            if not f.waived and f.severity.rank >= fail_on.rank:
+                return "fail"
+        return "pass"

@@ -1,0 +1,85 @@
+"""The contract every image transport implements, and the values it hands on.
+
+A source resolves a reference to one image (manifest digest, platform, parsed config and
+the ordered list of layer blobs) and opens each blob as a raw byte stream, exactly as it is
+stored (compressed or not). Verification of digests and sizes happens in ``pinguard.layers``
+while the bytes stream by, so a source never needs to buffer or spool a blob.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from pinguard.models import Platform
+
+
+@dataclass(frozen=True, slots=True)
+class LayerRef:
+    """One layer blob of an image, in the order the image applies them."""
+
+    digest: str  # "sha256:<hex>" of the blob as stored (compressed bytes for registries)
+    size: int | None  # stored size in bytes; None when the transport does not say
+    media_type: str = ""
+    diff_id: str | None = None  # "sha256:<hex>" of the uncompressed tar, from rootfs.diff_ids
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Settings that apply to every transport; built once by the CLI."""
+
+    platform: Platform | None = None  # None: linux and this machine's architecture
+    insecure_registries: tuple[str, ...] = ()
+    docker_config: str | None = None  # directory holding config.json; None: $DOCKER_CONFIG or ~/.docker
+    docker_host: str | None = None  # None: $DOCKER_HOST or unix:///var/run/docker.sock
+    timeout: float = 60.0
+    max_retries: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedImage:
+    """One image, resolved to a single platform."""
+
+    reference: str  # as the user wrote it
+    transport: str  # "docker", "docker-daemon", "docker-archive", "oci", "oci-archive", "dir"
+    manifest_digest: str | None
+    platform: Platform | None
+    config: dict[str, Any] = field(default_factory=dict)  # parsed image config JSON
+    layers: tuple[LayerRef, ...] = ()
+    notes: tuple[str, ...] = ()  # e.g. "bare reference: used the daemon"
+
+
+class ImageSource(abc.ABC):
+    """One transport's view of one image reference."""
+
+    #: True when ``open_blob`` may be called from worker processes (after fork) in any order.
+    parallel_safe: bool = True
+
+    @abc.abstractmethod
+    def resolve(self) -> ResolvedImage:
+        """Fetch the manifest and config; raise ``SourceError`` subclasses on failure."""
+
+    @abc.abstractmethod
+    def open_blob(self, layer: LayerRef) -> BinaryIO:
+        """Open one layer blob for streaming, as stored. The caller closes it."""
+
+    def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
+        """Yield each wanted blob with its stream; transports that can only stream the
+        whole image once (a daemon export) override this and may yield in any order."""
+        for layer in layers:
+            stream = self.open_blob(layer)
+            try:
+                yield layer, stream
+            finally:
+                stream.close()
+
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Release connections; the default has nothing to release."""
+
+    def __enter__(self) -> ImageSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
