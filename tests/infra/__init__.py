@@ -1,0 +1,1 @@
+"""Helpers that start the real components the tests use (registry, daemon, builds, index)."""
