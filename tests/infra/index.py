@@ -110,7 +110,7 @@ def _handler(catalog: _Catalog, server_state: IndexServer) -> type[BaseHTTPReque
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             """Stay quiet; the request log lives in ``IndexServer.requests``."""
 
         def do_HEAD(self) -> None:
@@ -190,8 +190,9 @@ def _handler(catalog: _Catalog, server_state: IndexServer) -> type[BaseHTTPReque
                             "hashes": {"sha256": f.sha256},
                             "requires-python": f.requires_python,
                             "size": f.size,
+                            # Only the PEP 714 key: pip 23.0 (Debian bookworm) crashes on
+                            # a dict under the old "dist-info-metadata" key.
                             "core-metadata": {"sha256": f.metadata_sha256},
-                            "dist-info-metadata": {"sha256": f.metadata_sha256},
                         }
                         for f in files
                     ],
