@@ -267,6 +267,7 @@ def build_image(
             "--isolation",
             "chroot",
             f"--layers={'true' if layers else 'false'}",
+            "--force-rm",
             f"--pull={pull}",
             "--iidfile",
             iidfile,
