@@ -1,0 +1,167 @@
+"""Image sources: one class per transport behind ``ImageSource``, chosen by ``open_source``.
+
+References follow skopeo/containers-image: ``docker://HOST/REPO[:TAG][@DIGEST]`` (a registry),
+``docker-daemon:REF``, ``docker-archive:PATH[:REF]``, ``oci:DIR[:TAG]``,
+``oci-archive:PATH[:TAG]`` and ``dir:PATH``. A reference with no transport that is a valid
+docker reference (``python:3.11``, ``localhost:5000/team/app:1``) is "bare": the daemon is
+tried first, when its socket exists and it has the image, then the registry, and the
+``ResolvedImage.notes`` say which one answered. A ``word:`` prefix that is neither a known
+transport nor the host part of a docker reference is an unknown transport and raises
+``InvalidReference``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
+
+from pinguard.errors import ImageNotFound, InvalidReference, SourceError
+from pinguard.sources.interface import (
+    ImageSource,
+    LayerRef,
+    ResolvedImage,
+    SourceOptions,
+)
+
+__all__ = [
+    "TRANSPORTS",
+    "ImageSource",
+    "LayerRef",
+    "ResolvedImage",
+    "SourceOptions",
+    "is_docker_reference",
+    "open_source",
+    "split_transport",
+]
+
+TRANSPORTS = ("docker", "docker-daemon", "docker-archive", "oci", "oci-archive", "dir")
+DAEMON_NOTE = "bare reference resolved through the daemon"
+REGISTRY_NOTE = "bare reference resolved through the registry"
+
+_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(.*)", re.DOTALL)
+_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOCKER_REF = re.compile(
+    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
+    r"(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?"
+)
+
+
+def is_docker_reference(text: str) -> bool:
+    """True when ``text`` is a docker reference (``[HOST[:PORT]/]REPO[:TAG][@DIGEST]``)."""
+    match = _DOCKER_REF.fullmatch(text)
+    return match is not None and len(match.group("path")) + len(match.group("domain") or "") < 256
+
+
+def split_transport(reference: str) -> tuple[str | None, str]:
+    """``(transport, rest)`` for a transport-prefixed reference, ``(None, reference)`` for a
+    bare docker reference; anything else raises ``InvalidReference`` quoting the value."""
+    if not reference or reference != reference.strip() or "\n" in reference:
+        raise InvalidReference(f"invalid image reference {reference!r}")
+    if reference.startswith("docker://"):
+        return "docker", reference[len("docker://") :]
+    match = _PREFIX.fullmatch(reference)
+    if match is not None and match.group(1) in TRANSPORTS and match.group(1) != "docker":
+        return match.group(1), match.group(2)
+    if is_docker_reference(reference):
+        return None, reference
+    if match is not None:
+        prefix = match.group(1)
+        if prefix == "docker":
+            raise InvalidReference(
+                f"invalid image reference {reference!r}: the registry transport is written docker://"
+            )
+        raise InvalidReference(
+            f"unknown transport {prefix!r} in image reference {reference!r} "
+            f"(known: {', '.join(t + ':' for t in TRANSPORTS)})"
+        )
+    raise InvalidReference(f"invalid image reference {reference!r}")
+
+
+def open_source(reference: str, options: SourceOptions | None = None) -> ImageSource:
+    """The ``ImageSource`` for ``reference``; nothing is fetched except, for a bare reference,
+    one daemon inspect that decides between the daemon and the registry."""
+    options = options or SourceOptions()
+    transport, rest = split_transport(reference)
+    if transport is not None and not rest:
+        raise InvalidReference(f"image reference {reference!r} names nothing after {transport}:")
+    if transport == "docker":
+        from pinguard.sources.registry import RegistrySource
+
+        return RegistrySource(rest, options)
+    if transport == "docker-daemon":
+        from pinguard.sources.daemon import DaemonSource
+
+        return DaemonSource(rest, options)
+    if transport == "docker-archive":
+        from pinguard.sources.archive import DockerArchiveSource
+
+        return DockerArchiveSource(rest, options)
+    if transport == "oci":
+        from pinguard.sources.oci import OCILayoutSource
+
+        return OCILayoutSource(rest, options)
+    if transport == "oci-archive":
+        from pinguard.sources.oci import OCIArchiveSource
+
+        return OCIArchiveSource(rest, options)
+    if transport == "dir":
+        from pinguard.sources.rootfs import DirSource
+
+        return DirSource(rest, options)
+    return _open_bare(rest, options)
+
+
+def _open_bare(reference: str, options: SourceOptions) -> ImageSource:
+    from pinguard.sources.daemon import (
+        DaemonSource,
+        DaemonUnavailable,
+        docker_host,
+        unix_socket_path,
+    )
+
+    host = docker_host(options)
+    socket_path = unix_socket_path(host)
+    if socket_path is not None and not os.path.exists(socket_path):
+        why = f"no daemon socket at {socket_path!r}"
+    else:
+        try:
+            daemon = DaemonSource(reference, options, notes=(DAEMON_NOTE,), display=reference)
+            daemon.inspect()
+            return daemon
+        except ImageNotFound:
+            why = "the daemon does not have it"
+        except DaemonUnavailable:
+            why = f"no daemon answers at {host!r}"
+        except SourceError as exc:
+            why = f"the daemon failed: {exc}"
+    from pinguard.sources.registry import RegistrySource
+
+    return _NotedSource(RegistrySource(reference, options), f"{REGISTRY_NOTE} ({why})")
+
+
+class _NotedSource(ImageSource):
+    """Another source, with one note added to what ``resolve()`` returns."""
+
+    def __init__(self, inner: ImageSource, note: str) -> None:
+        self.inner = inner
+        self.note = note
+        self.parallel_safe = inner.parallel_safe
+
+    def resolve(self) -> ResolvedImage:
+        resolved = self.inner.resolve()
+        return dataclasses.replace(resolved, notes=(*resolved.notes, self.note))
+
+    def open_blob(self, layer: LayerRef) -> BinaryIO:
+        return self.inner.open_blob(layer)
+
+    def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
+        return self.inner.iter_blobs(layers)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,303 @@
+"""Transport-neutral helpers for image manifests, indexes, configs and platforms.
+
+Every transport that stores OCI or Docker v2 manifests (registries, OCI layouts, OCI
+archives) ends up doing the same things: parse a JSON document that may be a manifest or an
+index (a Docker "manifest list"), pick one platform from an index, verify the bytes of a
+small blob it read whole, and turn one (manifest, config) pair into a ``ResolvedImage``.
+Those steps live here, free of any I/O, so each transport only has to fetch bytes. The
+default platform is linux plus this machine's architecture (``x86_64`` -> ``amd64``,
+``aarch64`` -> ``arm64``), as docker and skopeo choose it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform as _platform
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
+from pinguard.models import Platform
+from pinguard.sources.interface import LayerRef, ResolvedImage
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
+INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
+MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
+REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
+
+_ARCH_ALIASES = {
+    "x86_64": "amd64",
+    "x86-64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "i386": "386",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+# The variant an index entry without one is taken to have (containerd's normalisation).
+_DEFAULT_VARIANTS = {"arm64": "v8"}
+
+
+def normalize_arch(machine: str) -> str:
+    """Map ``uname -m`` style names (and GOARCH names) to GOARCH names."""
+    return _ARCH_ALIASES.get(machine.lower(), machine.lower())
+
+
+def default_platform() -> Platform:
+    """linux and this machine's architecture, in OCI (GOARCH) terms."""
+    machine = _platform.machine()
+    variant = ""
+    if machine.lower() in {"armv7l", "armv6l"}:
+        variant = "v7" if machine.lower() == "armv7l" else "v6"
+    return Platform(os="linux", architecture=normalize_arch(machine), variant=variant)
+
+
+def parse_platform(text: str) -> Platform:
+    """Parse ``os/arch[/variant]``; raise ``ValueError`` quoting the value when malformed."""
+    parts = text.strip().split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(f"invalid platform {text!r} (expected os/arch[/variant])")
+    return Platform(
+        os=parts[0].lower(),
+        architecture=normalize_arch(parts[1]),
+        variant=parts[2].lower() if len(parts) == 3 else "",
+    )
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def verify_bytes(data: bytes, digest: str, what: str, size: int | None = None) -> None:
+    """Check a blob read whole against its descriptor; raise ``BlobVerificationError``."""
+    algo, _, expected = digest.partition(":")
+    try:
+        actual = hashlib.new(algo, data).hexdigest()
+    except (ValueError, TypeError):
+        raise BlobVerificationError(f"{what}: unsupported digest algorithm in {digest!r}") from None
+    if actual != expected.lower():
+        raise BlobVerificationError(f"{what}: content is {algo}:{actual}, expected {digest}")
+    if size is not None and size != len(data):
+        raise BlobVerificationError(f"{what}: size is {len(data)}, expected {size}")
+
+
+def parse_json_document(data: bytes, what: str) -> dict[str, Any]:
+    """Parse a JSON object; a corrupt one raises ``SourceError`` naming ``what``."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SourceError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise SourceError(f"{what} is not a JSON object")
+    return doc
+
+
+def media_type_of(doc: Mapping[str, Any], fallback: str = "") -> str:
+    """The document's mediaType, or a guess from its shape when it has none."""
+    value = doc.get("mediaType")
+    if isinstance(value, str) and value:
+        return value
+    if fallback:
+        return fallback
+    if isinstance(doc.get("manifests"), list):
+        return OCI_INDEX
+    return OCI_MANIFEST
+
+
+def is_index(doc: Mapping[str, Any], media_type: str = "") -> bool:
+    """True for an OCI image index or a Docker manifest list."""
+    return media_type_of(doc, media_type) in INDEX_TYPES or (
+        "manifests" in doc and "layers" not in doc
+    )
+
+
+def descriptors(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, Any]]:
+    """The descriptor list ``doc[key]``, each checked to have a digest."""
+    items = doc.get(key)
+    if not isinstance(items, list):
+        raise SourceError(f"{what} has no {key!r} list")
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("digest"), str):
+            raise SourceError(f"{what} has a descriptor without a digest in {key!r}")
+        out.append(item)
+    return out
+
+
+def descriptor_platform(desc: Mapping[str, Any]) -> Platform | None:
+    """The platform an index entry declares, if any."""
+    plat = desc.get("platform")
+    if not isinstance(plat, dict):
+        return None
+    os_name, arch = plat.get("os"), plat.get("architecture")
+    if not isinstance(os_name, str) or not isinstance(arch, str):
+        return None
+    variant = plat.get("variant")
+    return Platform(
+        os=os_name, architecture=arch, variant=variant if isinstance(variant, str) else ""
+    )
+
+
+def platform_from_config(config: Mapping[str, Any]) -> Platform | None:
+    """The platform an image config declares (``os``, ``architecture``, ``variant``)."""
+    os_name, arch = config.get("os"), config.get("architecture")
+    if not isinstance(os_name, str) or not isinstance(arch, str) or not os_name or not arch:
+        return None
+    variant = config.get("variant")
+    return Platform(
+        os=os_name, architecture=arch, variant=variant if isinstance(variant, str) else ""
+    )
+
+
+def platform_matches(wanted: Platform, have: Platform) -> bool:
+    """Same os and architecture; a wanted variant must match (``arm64`` implies ``v8``)."""
+    if wanted.os != have.os or normalize_arch(wanted.architecture) != normalize_arch(
+        have.architecture
+    ):
+        return False
+    if not wanted.variant:
+        return True
+    default = _DEFAULT_VARIANTS.get(normalize_arch(have.architecture), "")
+    return wanted.variant == (have.variant or default)
+
+
+def select_platform(
+    index: Mapping[str, Any], wanted: Platform, what: str
+) -> tuple[dict[str, Any], Platform]:
+    """Pick the entry of ``index`` for ``wanted``; raise ``ImageNotFound`` listing the others.
+
+    Entries with os ``unknown`` (build attestations) are never chosen or listed. When several
+    entries match (e.g. arm/v6 and arm/v7 for a bare ``arm``), the first one listed wins,
+    preferring one whose variant is empty or the architecture's default.
+    """
+    present: list[Platform] = []
+    matches: list[tuple[dict[str, Any], Platform]] = []
+    for desc in descriptors(index, "manifests", what):
+        plat = descriptor_platform(desc)
+        if plat is None or plat.os == "unknown":
+            continue
+        present.append(plat)
+        if platform_matches(wanted, plat):
+            matches.append((desc, plat))
+    if not matches:
+        listing = ", ".join(sorted({str(p) for p in present})) or "none"
+        raise ImageNotFound(f"{what} has no image for platform {wanted}; present: {listing}")
+    for desc, plat in matches:
+        if plat.variant in ("", _DEFAULT_VARIANTS.get(normalize_arch(plat.architecture), "")):
+            return desc, plat
+    return matches[0]
+
+
+def check_single_platform(
+    config: Mapping[str, Any], wanted: Platform | None, what: str
+) -> Platform | None:
+    """For an image that is not an index: the platform it has, checked against an explicit
+    request (``wanted`` None means "whatever the image is")."""
+    have = platform_from_config(config)
+    if wanted is not None and have is not None and not platform_matches(wanted, have):
+        raise ImageNotFound(f"{what} has no image for platform {wanted}; present: {have}")
+    return have
+
+
+def diff_ids(config: Mapping[str, Any], what: str) -> list[str]:
+    """``rootfs.diff_ids`` of an image config."""
+    rootfs = config.get("rootfs")
+    ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise SourceError(f"{what} has no rootfs.diff_ids list")
+    return list(ids)
+
+
+def layers_from_manifest(
+    manifest: Mapping[str, Any], config: Mapping[str, Any], what: str
+) -> tuple[LayerRef, ...]:
+    """Pair the manifest's layer descriptors with the config's diff ids, in order."""
+    descs = descriptors(manifest, "layers", what)
+    ids = diff_ids(config, what)
+    if len(ids) != len(descs):
+        raise SourceError(
+            f"{what} lists {len(descs)} layers but its config has {len(ids)} diff ids"
+        )
+    layers: list[LayerRef] = []
+    for desc, diff_id in zip(descs, ids, strict=True):
+        size = desc.get("size")
+        media = desc.get("mediaType")
+        layers.append(
+            LayerRef(
+                digest=desc["digest"],
+                size=size if isinstance(size, int) and size >= 0 else None,
+                media_type=media if isinstance(media, str) else "",
+                diff_id=diff_id,
+            )
+        )
+    return tuple(layers)
+
+
+def config_descriptor(manifest: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """The manifest's ``config`` descriptor."""
+    desc = manifest.get("config")
+    if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str):
+        raise SourceError(f"{what} has no config descriptor")
+    return desc
+
+
+def resolved_from_manifest(
+    *,
+    reference: str,
+    transport: str,
+    manifest_bytes: bytes,
+    config_bytes: bytes,
+    manifest_digest: str | None = None,
+    platform: Platform | None = None,
+    notes: Iterable[str] = (),
+    what: str = "",
+) -> ResolvedImage:
+    """Build a ``ResolvedImage`` from one image manifest and its config, both as bytes.
+
+    ``manifest_digest`` defaults to the sha256 of ``manifest_bytes``; ``platform`` defaults to
+    the one the config declares. The config bytes are verified against the manifest's config
+    descriptor.
+    """
+    label = what or reference
+    manifest = parse_json_document(manifest_bytes, f"manifest of {label}")
+    if is_index(manifest):
+        raise SourceError(f"{label}: expected an image manifest, got an index")
+    cdesc = config_descriptor(manifest, f"manifest of {label}")
+    size = cdesc.get("size")
+    verify_bytes(
+        config_bytes, cdesc["digest"], f"config of {label}", size if isinstance(size, int) else None
+    )
+    config = parse_json_document(config_bytes, f"config of {label}")
+    return ResolvedImage(
+        reference=reference,
+        transport=transport,
+        manifest_digest=manifest_digest or sha256_digest(manifest_bytes),
+        platform=platform or platform_from_config(config),
+        config=config,
+        layers=layers_from_manifest(manifest, config, f"manifest of {label}"),
+        notes=tuple(notes),
+    )
+
+
+def layers_from_diff_ids(
+    ids: Sequence[str], sizes: Sequence[int | None] | None = None, media_type: str = DOCKER_LAYER
+) -> tuple[LayerRef, ...]:
+    """Layers stored uncompressed (docker save, a daemon): the blob digest is the diff id."""
+    out: list[LayerRef] = []
+    for i, diff_id in enumerate(ids):
+        size = sizes[i] if sizes is not None and i < len(sizes) else None
+        out.append(LayerRef(digest=diff_id, size=size, media_type=media_type, diff_id=diff_id))
+    return tuple(out)
