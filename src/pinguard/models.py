@@ -227,6 +227,9 @@ class AuditResult:
     findings: tuple[Finding, ...] = ()
     incomplete: tuple[Incomplete, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # With --verify-records: actual digests of files below each environment, final state,
+    # as (absolute path, "sha256=<urlsafe b64>") pairs.
+    file_digests: tuple[tuple[str, str], ...] = ()
 
     def verdict(self, fail_on: Severity | None, allow_incomplete: bool = False) -> str:
         """``pass`` or ``fail`` for findings at or above ``fail_on`` (None: never)."""

@@ -55,7 +55,7 @@ class WheelSpec:
 
     @property
     def file_stem(self) -> str:
-        """The escaped distribution name used in wheel and dist-info names (``nvidia_nccl_cu13``)."""
+        """The name as wheel and dist-info file names spell it (``nvidia_nccl_cu13``)."""
         return self.normalized_name.replace("-", "_")
 
     @property
@@ -130,7 +130,9 @@ def wheel_bytes(spec: WheelSpec) -> bytes:
 
 
 def _top_level(payload: Mapping[str, bytes]) -> str:
-    tops = sorted({p.split("/", 1)[0].removesuffix(".py") for p in payload if "/" in p or p.endswith(".py")})
+    tops = sorted(
+        {p.split("/", 1)[0].removesuffix(".py") for p in payload if "/" in p or p.endswith(".py")}
+    )
     return "".join(f"{t}\n" for t in tops)
 
 
@@ -154,7 +156,9 @@ def build_wheels(specs: Iterable[WheelSpec], out_dir: Path) -> list[Path]:
 def core_metadata(wheel: Path) -> bytes:
     """The ``METADATA`` bytes inside a wheel (what PEP 658 serves as ``<wheel>.metadata``)."""
     with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        names = [
+            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        ]
         if len(names) != 1:
             raise ValueError(f"{wheel.name!r} has {len(names)} top-level dist-info METADATA files")
         return zf.read(names[0])

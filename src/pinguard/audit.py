@@ -1,0 +1,280 @@
+"""The audit pipeline: one image reference in, one ``AuditResult`` out.
+
+Joins the stages in their one direction: the source resolves the image, each layer not in
+the cache is streamed and analysed (in worker processes when the transport allows, since
+two layers in two processes keep both cores busy), the analyses are replayed into the
+state after every history step, and each step is diffed against the one before. Findings
+are left empty: judging is the policy's job. Progress is reported through a callback so
+that only the CLI draws anything.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pinguard.cache import LayerCache
+from pinguard.catalog import analyzer_key, selector
+from pinguard.diff import diff_environments
+from pinguard.errors import SourceError
+from pinguard.layers import LayerAnalysis, analyze_directory, analyze_stream
+from pinguard.models import (
+    AuditResult,
+    Change,
+    ImageInfo,
+    Incomplete,
+    Platform,
+    Snapshot,
+    Step,
+    Unmet,
+)
+from pinguard.snapshot import State
+from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+
+
+class Progress(Protocol):
+    """What the audit tells whoever draws progress (the CLI)."""
+
+    def layers(self, todo: Sequence[LayerRef], cached: int) -> None: ...
+    def advance(self, layer: LayerRef, nbytes: int) -> None: ...
+    def done(self, layer: LayerRef) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOptions:
+    """How to audit, beyond where the image is."""
+
+    source: SourceOptions = SourceOptions()
+    cache_dir: Path | None = None  # None: no cache
+    verify_records: bool = False
+    jobs: int = 0  # worker processes for layers; 0: one per core
+
+
+def _analyze_one(source: ImageSource, layer: LayerRef, verify: bool) -> LayerAnalysis:
+    stream = source.open_blob(layer)
+    try:
+        return analyze_stream(
+            stream, digest=layer.digest, size=layer.size, select=selector(verify)
+        )
+    finally:
+        stream.close()
+
+
+def _history_steps(
+    resolved: ResolvedImage,
+) -> tuple[list[tuple[int, str, str, LayerRef | None]], list[str]]:
+    """(index, created_by, comment, layer) for every history entry, and notes."""
+    history: list[dict[str, Any]] = [
+        h for h in resolved.config.get("history", []) if isinstance(h, dict)
+    ]
+    layers = list(resolved.layers)
+    with_layer = [h for h in history if not h.get("empty_layer", False)]
+    notes: list[str] = []
+    if history and len(with_layer) == len(layers):
+        out = []
+        it = iter(layers)
+        for i, h in enumerate(history, start=1):
+            layer = None if h.get("empty_layer", False) else next(it)
+            out.append((i, str(h.get("created_by", "")), str(h.get("comment", "")), layer))
+        return out, notes
+    if history:
+        notes.append(
+            f"image history has {len(with_layer)} layer entries for {len(layers)} layers; "
+            "steps are numbered by layer"
+        )
+    return [(i, "", "", layer) for i, layer in enumerate(layers, start=1)], notes
+
+
+def _parallel(
+    source: ImageSource,
+    todo: Sequence[LayerRef],
+    verify: bool,
+    jobs: int,
+    progress: Progress | None,
+) -> dict[str, LayerAnalysis]:
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    out: dict[str, LayerAnalysis] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pending: dict[Future[LayerAnalysis], LayerRef] = {
+            pool.submit(_analyze_one, source, layer, verify): layer for layer in todo
+        }
+        try:
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    layer = pending.pop(fut)
+                    out[layer.digest] = fut.result()
+                    if progress is not None:
+                        progress.advance(layer, layer.size or 0)
+                        progress.done(layer)
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    return out
+
+
+def _sequential(
+    source: ImageSource, todo: Sequence[LayerRef], verify: bool, progress: Progress | None
+) -> dict[str, LayerAnalysis]:
+    out: dict[str, LayerAnalysis] = {}
+    wanted = {layer.digest for layer in todo}
+    for layer, stream in source.iter_blobs(todo):
+        tick: Callable[[int], None] | None = None
+        if progress is not None:
+            tick = lambda n, layer=layer: progress.advance(layer, n)  # type: ignore[misc]  # noqa: E731
+        out[layer.digest] = analyze_stream(
+            stream, digest=layer.digest, size=layer.size, select=selector(verify), progress=tick
+        )
+        if progress is not None:
+            progress.done(layer)
+    missing = wanted - set(out)
+    if missing:
+        raise SourceError(f"the image source did not deliver layer(s): {', '.join(sorted(missing))}")
+    return out
+
+
+def load_layers(
+    source: ImageSource,
+    layers: Sequence[LayerRef],
+    options: AuditOptions,
+    progress: Progress | None = None,
+) -> dict[str, LayerAnalysis]:
+    """Analyses for every layer: from the cache where present, else streamed (and cached)."""
+    cache = (
+        LayerCache(options.cache_dir, analyzer_key(options.verify_records))
+        if options.cache_dir is not None
+        else None
+    )
+    found: dict[str, LayerAnalysis] = {}
+    todo: list[LayerRef] = []
+    for layer in layers:
+        if layer.digest in found or any(t.digest == layer.digest for t in todo):
+            continue
+        hit = cache.get(layer.digest) if cache else None
+        if hit is not None:
+            found[layer.digest] = hit
+        else:
+            todo.append(layer)
+    if progress is not None:
+        progress.layers(todo, len(found))
+    jobs = options.jobs or (os.cpu_count() or 1)
+    if todo:
+        if source.parallel_safe and len(todo) > 1 and jobs > 1:
+            fresh = _parallel(source, todo, options.verify_records, min(jobs, len(todo)), progress)
+        else:
+            fresh = _sequential(source, todo, options.verify_records, progress)
+        for digest, analysis in fresh.items():
+            if cache is not None:
+                cache.put(analysis)
+            found[digest] = analysis
+    return found
+
+
+def _diff_snapshots(
+    before: Snapshot, after: Snapshot, platform: Platform | None
+) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
+    changes: list[Change] = []
+    unmet: list[Unmet] = []
+    paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
+    for path in paths:
+        c, u = diff_environments(before.environment(path), after.environment(path), platform=platform)
+        changes.extend(c)
+        unmet.extend(u)
+    return tuple(changes), tuple(unmet)
+
+
+def build_result(
+    resolved: ResolvedImage,
+    analyses: dict[str, LayerAnalysis],
+) -> AuditResult:
+    """Replay the analyses through the image history into steps, snapshots and diffs."""
+    entries, notes = _history_steps(resolved)
+    state = State()
+    previous = Snapshot()
+    steps: list[Step] = []
+    snapshots: list[Snapshot] = []
+    incomplete: dict[tuple[str, str], Incomplete] = {}
+    for index, created_by, comment, layer in entries:
+        if layer is None:
+            steps.append(Step(index, created_by, None, comment=comment))
+            snapshots.append(previous)
+            continue
+        snap = state.apply(analyses[layer.digest])
+        for item in snap.incomplete:
+            incomplete.setdefault((item.what, item.why), item)
+        changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
+        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment))
+        snapshots.append(snap)
+        previous = snap
+    image = ImageInfo(
+        reference=resolved.reference,
+        manifest_digest=resolved.manifest_digest,
+        platform=resolved.platform,
+        transport=resolved.transport,
+    )
+    return AuditResult(
+        image=image,
+        steps=tuple(steps),
+        final=previous,
+        snapshots=tuple(snapshots),
+        incomplete=tuple(sorted(incomplete.values(), key=lambda i: (i.what, i.why))),
+        notes=tuple(resolved.notes) + tuple(notes),
+        file_digests=tuple(sorted(state.hashes.items())),
+    )
+
+
+def audit_directory(
+    root: str,
+    *,
+    reference: str | None = None,
+    verify_records: bool = False,
+    exclude: tuple[str, ...] = (),
+    platform: Platform | None = None,
+) -> AuditResult:
+    """Audit a root filesystem or virtual environment on disk as one state."""
+    if not Path(root).is_dir():
+        from pinguard.errors import ImageNotFound
+
+        raise ImageNotFound(f"directory not found: {root!r}")
+    analysis = analyze_directory(root, select=selector(verify_records), exclude=exclude)
+    analysis.digest = "dir"
+    resolved = ResolvedImage(
+        reference=reference or f"dir:{root}",
+        transport="dir",
+        manifest_digest=None,
+        platform=platform,
+        config={"history": [{"created_by": f"(directory {root})"}]},
+        layers=(LayerRef(digest="dir", size=None),),
+    )
+    return build_result(resolved, {"dir": analysis})
+
+
+def audit_image(
+    reference: str,
+    *,
+    options: AuditOptions = AuditOptions(),
+    progress: Progress | None = None,
+) -> AuditResult:
+    """Audit the image ``reference`` names (any transport pinguard knows)."""
+    from pinguard.sources import open_source
+
+    source = open_source(reference, options.source)
+    with source:
+        resolved = source.resolve()
+        if resolved.transport == "dir":
+            root = str(getattr(source, "root", reference.partition(":")[2]))
+            return audit_directory(
+                root,
+                reference=reference,
+                verify_records=options.verify_records,
+                platform=resolved.platform,
+            )
+        analyses = load_layers(source, resolved.layers, options, progress)
+    return build_result(resolved, analyses)

@@ -1,0 +1,209 @@
+"""Python distributions: which paths hold their metadata, and parsing it into values.
+
+Owns the dist-info and egg-info formats (METADATA / PKG-INFO through
+``packaging.metadata``, RECORD, INSTALLER, REQUESTED, direct_url.json, requires.txt) and
+the rules that say where a Python environment is (a ``site-packages`` or
+``dist-packages`` directory) and which Python it belongs to (its path or ``pyvenv.cfg``).
+Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import posixpath
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from pinguard.models import Distribution, Incomplete
+
+VERSION = "1"  # bump when parsing changes: it is part of the layer cache key
+
+ENV_DIRS = ("site-packages", "dist-packages")
+DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+EGG_INFO_FILES = frozenset({"PKG-INFO", "requires.txt", "installed-files.txt"})
+_PY_LIB = re.compile(r"/lib/python(3\.\d+)/")
+_PY_MARKER = re.compile(r"^(.*)/lib/python(3\.\d+)/os\.py$")
+# Files of the internal reinstall fingerprint are those a reinstall of identical bytes
+# rewrites differently (bytecode embeds mtimes; installer bookkeeping).
+_FINGERPRINT_SKIP = re.compile(r"(\.pyc$|\.dist-info/(RECORD|INSTALLER|REQUESTED|direct_url\.json)$)")
+
+
+def metadata_dir(path: str) -> str | None:
+    """'/…/site-packages/x-1.dist-info/METADATA' -> '/…/site-packages/x-1.dist-info'."""
+    parent, base = posixpath.split(path)
+    pdir = posixpath.basename(parent)
+    if pdir.endswith(".dist-info") and base in DIST_INFO_FILES:
+        return parent if posixpath.basename(posixpath.dirname(parent)) in ENV_DIRS else None
+    if pdir.endswith(".egg-info") and base in EGG_INFO_FILES:
+        return parent if posixpath.basename(posixpath.dirname(parent)) in ENV_DIRS else None
+    if base.endswith(".egg-info") and pdir in ENV_DIRS:
+        return path  # a single-file egg-info (PKG-INFO format)
+    return None
+
+
+def is_python_marker(path: str) -> bool:
+    return path.endswith("/os.py") and _PY_MARKER.match(path) is not None
+
+
+def wants(path: str) -> bool:
+    """True for every file the Python analyzer reads."""
+    base = posixpath.basename(path)
+    if base == "pyvenv.cfg":
+        return True
+    if is_python_marker(path):
+        return True
+    return metadata_dir(path) is not None
+
+
+def in_environment(path: str) -> bool:
+    """True for any file below a site-packages/dist-packages directory (RECORD checks)."""
+    return "/site-packages/" in path or "/dist-packages/" in path
+
+
+def python_of(env: str, files: Mapping[str, bytes], markers: Mapping[str, str]) -> str | None:
+    """The Python version of an environment: pyvenv.cfg, else its path, else the system's."""
+    if env.endswith("/site-packages") or env.endswith("/dist-packages"):
+        lib = posixpath.dirname(env)  # …/lib/python3.11 or …/lib/python3
+        root = posixpath.dirname(posixpath.dirname(lib))
+        cfg = files.get(posixpath.join(root, "pyvenv.cfg"))
+        if cfg is not None:
+            for line in cfg.decode("utf-8", "replace").splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() in {"version", "version_info"} and value.strip():
+                    return value.strip()
+        match = _PY_LIB.search(env + "/")
+        if match:
+            return match.group(1)
+        prefix = posixpath.dirname(posixpath.dirname(lib))
+        candidates = [v for p, v in markers.items() if p == prefix] or list(markers.values())
+        if candidates:
+            return max(candidates, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return None
+
+
+def python_markers(paths: Mapping[str, bytes]) -> dict[str, str]:
+    """{install prefix: "3.X"} for every '<prefix>/lib/python3.X/os.py' present."""
+    out: dict[str, str] = {}
+    for path in paths:
+        if path.endswith("/os.py"):
+            m = _PY_MARKER.match(path)
+            if m:
+                prefix = m.group(1) or "/"
+                if prefix not in out or _vkey(m.group(2)) > _vkey(out[prefix]):
+                    out[prefix] = m.group(2)
+    return out
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+@lru_cache(maxsize=65536)
+def parse_requirement(text: str) -> Requirement | None:
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None
+
+
+def _requires_txt(text: str) -> list[str]:
+    """setuptools' requires.txt sections -> Requires-Dist strings with markers."""
+    out: list[str] = []
+    section_marker = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            extra, _, marker = line[1:-1].partition(":")
+            parts = []
+            if extra:
+                parts.append(f'extra == "{extra}"')
+            if marker:
+                parts.append(f"({marker})")
+            section_marker = " and ".join(parts)
+            continue
+        out.append(f"{line}; {section_marker}" if section_marker else line)
+    return out
+
+
+def parse_distribution(
+    meta_dir: str, files: Mapping[str, bytes]
+) -> tuple[Distribution | None, list[Incomplete]]:
+    """Build one Distribution from the metadata files of ``meta_dir``."""
+    problems: list[Incomplete] = []
+    egg = meta_dir.endswith(".egg-info")
+    if egg and meta_dir in files:  # single-file egg-info
+        metadata = files[meta_dir]
+    else:
+        metadata = files.get(f"{meta_dir}/{'PKG-INFO' if egg else 'METADATA'}")  # type: ignore[assignment]
+    if metadata is None:
+        return None, [Incomplete(meta_dir, "no METADATA/PKG-INFO file")]
+    try:
+        raw, unparsed = parse_email(metadata)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is data, not a crash
+        return None, [Incomplete(meta_dir, f"unreadable metadata: {exc}")]
+    name, version = raw.get("name"), raw.get("version")
+    if not name or not version:
+        return None, [Incomplete(meta_dir, "metadata has no Name or Version")]
+    requires = list(raw.get("requires_dist", []))
+    if egg and f"{meta_dir}/requires.txt" in files:
+        requires += _requires_txt(files[f"{meta_dir}/requires.txt"].decode("utf-8", "replace"))
+    for req in requires:
+        if parse_requirement(req) is None:
+            problems.append(Incomplete(meta_dir, f"invalid Requires-Dist {req!r}"))
+    env = posixpath.dirname(meta_dir)
+    record: list[tuple[str, str]] = []
+    record_bytes = files.get(f"{meta_dir}/RECORD")
+    if record_bytes is not None:
+        try:
+            rows = csv.reader(io.StringIO(record_bytes.decode("utf-8")))
+            for row in rows:
+                if not row or not row[0]:
+                    continue
+                path = posixpath.normpath(posixpath.join(env, row[0]))
+                record.append((path, row[1] if len(row) > 1 else ""))
+        except (UnicodeDecodeError, csv.Error) as exc:
+            problems.append(Incomplete(f"{meta_dir}/RECORD", f"unreadable RECORD: {exc}"))
+    record.sort()
+    fp = hashlib.sha256()
+    if record:
+        for path, digest in record:
+            if not _FINGERPRINT_SKIP.search(path):
+                fp.update(f"{path},{digest}\n".encode())
+    else:
+        fp.update(metadata)
+    direct_url = None
+    du = files.get(f"{meta_dir}/direct_url.json")
+    if du is not None:
+        try:
+            loaded = json.loads(du)
+            direct_url = loaded if isinstance(loaded, dict) else None
+        except ValueError:
+            problems.append(Incomplete(f"{meta_dir}/direct_url.json", "not valid JSON"))
+    installer = files.get(f"{meta_dir}/INSTALLER")
+    for key in unparsed:
+        if key in {"name", "version", "requires_dist", "requires_python"}:
+            problems.append(Incomplete(meta_dir, f"malformed {key} field"))
+    dist = Distribution(
+        name=canonicalize_name(name),
+        raw_version=version.strip(),
+        metadata_path=meta_dir,
+        requires_dist=tuple(requires),
+        requires_python=raw.get("requires_python"),
+        installer=installer.decode("utf-8", "replace").strip() or None if installer else None,
+        requested=f"{meta_dir}/REQUESTED" in files,
+        direct_url=direct_url,
+        record=tuple(record),
+        fingerprint=fp.hexdigest()[:16],
+        display_name=name,
+    )
+    return dist, problems

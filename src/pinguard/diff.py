@@ -1,0 +1,215 @@
+"""Changes between two states of an environment, with the requirements that caused them.
+
+Owns three judgements that need no policy: the kind of each change (PEP 440 order, so
+local labels such as ``+cu130`` and dev/pre releases sort as pip sorts them), the chain of
+installed requirements that admit a new version and exclude the old one (markers evaluated
+for that environment's Python and the image platform), and the requirements left unmet
+after a step (what ``pip check`` would say, computed offline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from packaging.requirements import Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from pinguard.catalog.python import parse_requirement
+from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform, Unmet
+
+MAX_CHAIN = 8
+
+
+def marker_environment(python: str | None, platform: Platform | None) -> dict[str, str]:
+    """The PEP 508 marker values of a CPython ``python`` on ``platform``."""
+    version = python or "3"
+    parts = version.split(".")
+    short = ".".join(parts[:2]) if len(parts) >= 2 else version
+    full = version if len(parts) >= 3 else f"{short}.0"
+    machine = platform.machine if platform else "x86_64"
+    system = (platform.os if platform else "linux").lower()
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": full,
+        "os_name": "posix" if system != "windows" else "nt",
+        "platform_machine": machine,
+        "platform_release": "",
+        "platform_system": {"linux": "Linux", "windows": "Windows", "darwin": "Darwin"}.get(
+            system, system.capitalize()
+        ),
+        "platform_version": "",
+        "python_full_version": full,
+        "platform_python_implementation": "CPython",
+        "python_version": short,
+        "sys_platform": {"windows": "win32"}.get(system, system),
+        "extra": "",
+    }
+
+
+def _applies(req: Requirement, env: Mapping[str, str]) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return req.marker.evaluate(dict(env))
+    except Exception:  # noqa: BLE001 - an unevaluable marker is treated as not applying
+        return False
+
+
+def _admits(req: Requirement, version: Version | None) -> bool:
+    if version is None:
+        return False
+    return req.specifier.contains(version, prereleases=True)
+
+
+def _pick(dists: tuple[Distribution, ...]) -> dict[NormalizedName, Distribution]:
+    """One distribution per name: the first by metadata path, as importlib finds it."""
+    out: dict[NormalizedName, Distribution] = {}
+    for d in sorted(dists, key=lambda d: d.metadata_path):
+        out.setdefault(d.name, d)
+    return out
+
+
+def _kind(before: Distribution, after: Distribution) -> ChangeKind | None:
+    bv, av = before.version, after.version
+    if bv is not None and av is not None:
+        if av > bv:
+            return ChangeKind.UPGRADED
+        if av < bv:
+            return ChangeKind.DOWNGRADED
+        if before.raw_version != after.raw_version or before.fingerprint != after.fingerprint:
+            return ChangeKind.REINSTALLED
+        return None
+    if before.raw_version != after.raw_version:
+        return ChangeKind.UPGRADED  # not PEP 440: order unknown, report as a change
+    if before.fingerprint != after.fingerprint:
+        return ChangeKind.REINSTALLED
+    return None
+
+
+def diff_environments(
+    before: Environment | None,
+    after: Environment | None,
+    *,
+    platform: Platform | None,
+) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
+    """Changes from ``before`` to ``after`` (one environment) and newly unmet requirements."""
+    path = (after or before).path if (after or before) else ""
+    old = _pick(before.distributions) if before else {}
+    new = _pick(after.distributions) if after else {}
+    python = (after.python if after else None) or (before.python if before else None)
+    menv = marker_environment(python, platform)
+    raw: dict[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]] = {}
+    for name in sorted(set(old) | set(new)):
+        b, a = old.get(name), new.get(name)
+        if b is None and a is not None:
+            raw[name] = (ChangeKind.ADDED, None, a)
+        elif a is None and b is not None:
+            raw[name] = (ChangeKind.REMOVED, b, None)
+        elif a is not None and b is not None:
+            kind = _kind(b, a)
+            if kind is not None:
+                raw[name] = (kind, b, a)
+    changes = []
+    for name, (kind, b, a) in raw.items():
+        causes: tuple[Cause, ...] = ()
+        if kind in {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED} and a is not None:
+            causes = _cause_chain(name, b, a, new, raw, menv)
+        changes.append(
+            Change(
+                environment=path,
+                name=name,
+                kind=kind,
+                before=b.raw_version if b else None,
+                after=a.raw_version if a else None,
+                causes=causes,
+            )
+        )
+    unmet_before = {(u.package, u.requirement) for u in unmet_requirements(before, platform)}
+    unmet = tuple(
+        u for u in unmet_requirements(after, platform) if (u.package, u.requirement) not in unmet_before
+    )
+    return tuple(changes), unmet
+
+
+def _direct_causes(
+    name: NormalizedName,
+    before: Distribution | None,
+    after: Distribution,
+    installed: Mapping[NormalizedName, Distribution],
+    menv: Mapping[str, str],
+) -> list[tuple[Distribution, Requirement, str]]:
+    found = []
+    for dist in installed.values():
+        if dist.name == name:
+            continue
+        for text in dist.requires_dist:
+            req = parse_requirement(text)
+            if req is None or canonicalize_name(req.name) != name or not _applies(req, menv):
+                continue
+            if not _admits(req, after.version):
+                continue
+            if before is not None and (not req.specifier or _admits(req, before.version)):
+                continue  # admits the old version too: not why it moved
+            found.append((dist, req, text))
+    return found
+
+
+def _cause_chain(
+    name: NormalizedName,
+    before: Distribution | None,
+    after: Distribution,
+    installed: Mapping[NormalizedName, Distribution],
+    changed: Mapping[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]],
+    menv: Mapping[str, str],
+) -> tuple[Cause, ...]:
+    chain: list[Cause] = []
+    seen = {name}
+    current, cur_before, cur_after = name, before, after
+    for _ in range(MAX_CHAIN):
+        candidates = _direct_causes(current, cur_before, cur_after, installed, menv)
+        if not candidates:
+            break
+        # Prefer a dependant that this step changed too (it drove the move), then by name.
+        candidates.sort(key=lambda c: (c[0].name not in changed, c[0].name))
+        dist, req, _text = candidates[0]
+        chain.append(Cause(package=dist.name, version=dist.raw_version, requirement=str(req)))
+        if dist.name in seen or dist.name not in changed:
+            break
+        seen.add(dist.name)
+        kind, b, a = changed[dist.name]
+        if a is None or kind not in {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED}:
+            break
+        current, cur_before, cur_after = dist.name, b, a
+    return tuple(chain)
+
+
+def unmet_requirements(env: Environment | None, platform: Platform | None) -> tuple[Unmet, ...]:
+    """Every requirement of an installed distribution that the environment does not meet."""
+    if env is None:
+        return ()
+    installed = _pick(env.distributions)
+    menv = marker_environment(env.python, platform)
+    out: list[Unmet] = []
+    for dist in installed.values():
+        for text in dist.requires_dist:
+            req = parse_requirement(text)
+            if req is None or not _applies(req, menv):
+                continue
+            dep = installed.get(canonicalize_name(req.name))
+            if dep is not None and (
+                not req.specifier
+                or (dep.version is not None and _admits(req, dep.version))
+                or (dep.version is None and dep.raw_version in {s.version for s in req.specifier})
+            ):
+                continue
+            out.append(
+                Unmet(
+                    environment=env.path,
+                    package=dist.name,
+                    version=dist.raw_version,
+                    requirement=str(req),
+                    installed=dep.raw_version if dep else None,
+                )
+            )
+    return tuple(sorted(out, key=lambda u: (u.package, u.requirement)))

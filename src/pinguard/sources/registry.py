@@ -1,0 +1,740 @@
+"""The ``docker://`` transport: images in a registry speaking the OCI distribution API v2.
+
+``RegistrySource`` fetches the manifest (OCI image manifest or index, Docker v2 schema2
+manifest or manifest list), picks one platform from an index, verifies every manifest it
+fetched by digest, reads and verifies the image config, and opens layer blobs as raw
+streams for ``pinguard.layers`` to verify while they stream. Authentication follows the
+registry's ``WWW-Authenticate`` challenge: the Bearer token flow (tokens cached per scope,
+fetched with Basic credentials or an identity token when ``config.json`` has them, else
+anonymously) or plain Basic. Plain HTTP is used only for loopback hosts and hosts named
+in ``insecure_registries``. Requests retry with exponential backoff on 429, 5xx and
+connection errors, honouring ``Retry-After``, at most ``max_retries`` times. Redirects are
+followed by hand so the ``Authorization`` header never leaves the registry's origin, and
+no credential ever appears in an error message or a log line. The HTTP session is created
+lazily per process, so a source can be pickled or used after ``fork``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import io
+import ipaddress
+import json
+import logging
+import os
+import platform as _platform
+import random
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+from urllib.parse import urlencode, urljoin, urlsplit
+
+import requests
+import urllib3
+
+from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, SourceError
+from pinguard.models import Platform
+from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
+from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+from pinguard.sources.reference import DockerReference, parse_reference
+
+log = logging.getLogger(__name__)
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_SCHEMA1 = (
+    "application/vnd.docker.distribution.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v1+prettyjws",
+)
+INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
+MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
+ACCEPT = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+MAX_REDIRECTS = 10
+MAX_INDEX_DEPTH = 4
+MAX_RETRY_AFTER = 60.0
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+BLOB_BUFFER = 1024 * 1024
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_NOT_RETRYABLE_5XX = frozenset({501, 505})
+_ARCH_ALIASES: Mapping[str, tuple[str, str]] = {
+    "x86_64": ("amd64", ""),
+    "x86-64": ("amd64", ""),
+    "amd64": ("amd64", ""),
+    "aarch64": ("arm64", ""),
+    "arm64": ("arm64", ""),
+    "armv8l": ("arm64", ""),
+    "armv7l": ("arm", "v7"),
+    "armv7": ("arm", "v7"),
+    "armv6l": ("arm", "v6"),
+    "armhf": ("arm", "v7"),
+    "armel": ("arm", "v6"),
+    "i386": ("386", ""),
+    "i686": ("386", ""),
+    "ppc64el": ("ppc64le", ""),
+}
+_DEFAULT_VARIANT: Mapping[str, str] = {"arm64": "v8", "arm": "v7"}
+
+
+# --- platforms -------------------------------------------------------------------------
+
+
+def normalize_platform(value: Platform) -> Platform:
+    """Canonical names: x86_64 -> amd64, aarch64 -> arm64 (variant v8 when unspecified)."""
+    arch, implied = _ARCH_ALIASES.get(value.architecture.lower(), (value.architecture.lower(), ""))
+    variant = (value.variant or implied).lower()
+    if not variant:
+        variant = _DEFAULT_VARIANT.get(arch, "")
+    return Platform(os=value.os.lower(), architecture=arch, variant=variant)
+
+
+def host_platform() -> Platform:
+    """linux and this machine's architecture (variant left open)."""
+    arch, variant = _ARCH_ALIASES.get(
+        _platform.machine().lower(), (_platform.machine().lower(), "")
+    )
+    return Platform(os="linux", architecture=arch, variant=variant)
+
+
+def platform_matches(wanted: Platform, candidate: Platform) -> bool:
+    """True when an image for ``candidate`` is what ``wanted`` asks for.
+
+    Architectures compare after normalisation; an unspecified variant means the
+    architecture's default (v8 for arm64, v7 for arm) where there is one, else any."""
+    w, c = normalize_platform(wanted), normalize_platform(candidate)
+    if w.os != c.os or w.architecture != c.architecture:
+        return False
+    if wanted.variant or w.architecture in _DEFAULT_VARIANT:
+        return w.variant == c.variant
+    return True
+
+
+def _platform_of(data: Mapping[str, Any]) -> Platform | None:
+    os_name, arch = data.get("os"), data.get("architecture")
+    if not isinstance(os_name, str) or not isinstance(arch, str) or not os_name or not arch:
+        return None
+    variant = data.get("variant")
+    return Platform(
+        os=os_name, architecture=arch, variant=variant if isinstance(variant, str) else ""
+    )
+
+
+# --- hosts and challenges -------------------------------------------------------------
+
+
+def is_loopback(hostname: str) -> bool:
+    """localhost, 127.0.0.0/8 and ::1."""
+    host = hostname.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    netloc = parts.netloc.lower().rsplit("@", 1)[-1]
+    return parts.scheme.lower(), netloc
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """One ``WWW-Authenticate`` challenge: its scheme and auth-params."""
+
+    scheme: str  # lower case: "bearer", "basic"
+    params: Mapping[str, str]
+
+
+_CHALLENGE_START = re.compile(r"\s*,?\s*([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)(?=\s|$|,)")
+_PARAM = re.compile(r'\s*,?\s*([A-Za-z0-9!#$%&\'*+.^_`|~-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)')
+
+
+def parse_www_authenticate(header: str) -> list[Challenge]:
+    """Parse ``Bearer realm="...",service="...",scope="a,b"`` (several challenges allowed)."""
+    challenges: list[Challenge] = []
+    pos = 0
+    while pos < len(header):
+        start = _CHALLENGE_START.match(header, pos)
+        if start is None or header[start.end() : start.end() + 1] == "=":
+            break
+        scheme = start.group(1).lower()
+        pos = start.end()
+        params: dict[str, str] = {}
+        while True:
+            # A param is name=value; a bare token followed by space starts the next challenge.
+            match = _PARAM.match(header, pos)
+            if match is None:
+                break
+            value = match.group(2)
+            if value.startswith('"'):
+                value = re.sub(r"\\(.)", r"\1", value[1:-1])
+            params[match.group(1).lower()] = value
+            pos = match.end()
+        challenges.append(Challenge(scheme=scheme, params=params))
+    return challenges
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return min(max(when.timestamp() - time.time(), 0.0), MAX_RETRY_AFTER)
+
+
+def _backoff(attempt: int) -> float:
+    delay: float = min(BACKOFF_CAP, BACKOFF_BASE * (2**attempt))
+    return delay + random.uniform(0, delay / 10)  # jitter, not crypto
+
+
+def _retryable(status: int) -> bool:
+    return status == 429 or (status >= 500 and status not in _NOT_RETRYABLE_5XX)
+
+
+def _digest_of(algo: str, data: bytes) -> str:
+    try:
+        return f"{algo}:{hashlib.new(algo, data).hexdigest()}"
+    except ValueError:
+        raise SourceError(f"unsupported digest algorithm {algo!r}") from None
+
+
+class _NoNetrc(requests.auth.AuthBase):
+    """An explicit no-op auth, so requests never adds ~/.netrc credentials on its own."""
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        return r
+
+
+@dataclass(slots=True)
+class _Token:
+    value: str
+    expires: float
+
+
+class _ResponseStream(io.RawIOBase):
+    """The raw (undecoded) body of a streamed response; ``close`` releases the connection."""
+
+    def __init__(self, response: requests.Response, what: str) -> None:
+        super().__init__()
+        self._response = response
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        try:
+            data = self._response.raw.read(len(view), decode_content=False)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise SourceError(f"reading {self._what} failed: {type(exc).__name__}") from exc
+        n = len(data)
+        view[:n] = data
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._response.close()
+        super().close()
+
+
+# --- the source --------------------------------------------------------------------------
+
+
+class RegistrySource(ImageSource):
+    """One image in a registry, addressed as ``HOST/REPO:TAG`` or ``HOST/REPO@DIGEST``."""
+
+    parallel_safe = True
+
+    def __init__(self, ref: str, options: SourceOptions | None = None) -> None:
+        self.reference = ref
+        self.ref: DockerReference = parse_reference(ref)
+        self.options = options or SourceOptions()
+        self.scheme = "http" if self._plain_http_allowed(self.ref.api_host) else "https"
+        self.base_url = f"{self.scheme}://{self.ref.api_host}"
+        self._scope = f"repository:{self.ref.repository}:pull"
+        self._sessions: dict[int, requests.Session] = {}
+        self._tokens: dict[str, _Token] = {}
+        self._basic = False  # the registry asked for Basic auth
+        self._credentials: Credentials | None = None
+        self._credentials_loaded = False
+
+    # pickling: sessions are per process and never cross a process boundary
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_sessions"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"RegistrySource({self.reference!r})"
+
+    @property
+    def display(self) -> str:
+        return f"docker://{self.reference}"
+
+    def _plain_http_allowed(self, hostport: str) -> bool:
+        hostname = urlsplit(f"//{hostport}").hostname or hostport
+        if is_loopback(hostname):
+            return True
+        insecure = {h.lower() for h in self.options.insecure_registries}
+        return hostport.lower() in insecure or hostname.lower() in insecure
+
+    def _session(self) -> requests.Session:
+        pid = os.getpid()
+        session = self._sessions.get(pid)
+        if session is None:
+            # Sessions inherited through fork share sockets with the parent: drop, never reuse.
+            session = requests.Session()
+            session.headers["User-Agent"] = "pinguard (+https://github.com/pinguard)"
+            self._sessions = {pid: session}
+        return session
+
+    def close(self) -> None:
+        session = self._sessions.pop(os.getpid(), None)
+        if session is not None:
+            session.close()
+
+    # --- credentials and tokens -------------------------------------------------------
+
+    def _creds(self) -> Credentials | None:
+        if not self._credentials_loaded:
+            self._credentials = lookup_credentials(self.ref.registry, self.options.docker_config)
+            self._credentials_loaded = True
+        return self._credentials
+
+    def _auth_header(self) -> str | None:
+        token = self._tokens.get(self._scope)
+        if token is not None and token.expires > time.time():
+            return f"Bearer {token.value}"
+        if self._basic:
+            creds = self._creds()
+            if creds is not None and creds.has_basic:
+                return creds.basic_header()
+        return None
+
+    def _no_creds_hint(self) -> str:
+        config = docker_config_dir(self.options.docker_config) / "config.json"
+        return f"no credentials for {self.ref.registry} in {str(config)!r}"
+
+    def _denied(self, status: int) -> AuthError:
+        creds = self._creds()
+        what = f"{self.ref.repository} on {self.ref.api_host}"
+        if status == 403:
+            return AuthError(f"registry denied access to {what} (HTTP 403)")
+        if creds is None:
+            return AuthError(
+                f"registry requires authentication for {what}: {self._no_creds_hint()}"
+            )
+        return AuthError(f"registry refused the credentials from {creds.origin} for {what}")
+
+    def _authenticate(self, header: str | None) -> None:
+        """Answer a 401: set up Basic or fetch a Bearer token for our scope."""
+        challenges = parse_www_authenticate(header or "")
+        by_scheme = {c.scheme: c for c in challenges}
+        bearer, basic = by_scheme.get("bearer"), by_scheme.get("basic")
+        if bearer is not None and bearer.params.get("realm"):
+            self._fetch_token(bearer)
+            return
+        if basic is not None:
+            creds = self._creds()
+            if creds is None or not creds.has_basic:
+                raise AuthError(
+                    f"registry {self.ref.api_host} requires Basic authentication for "
+                    f"{self.ref.repository}: {self._no_creds_hint()}"
+                )
+            self._basic = True
+            return
+        raise AuthError(
+            f"registry {self.ref.api_host} answered 401 with no usable authentication challenge"
+        )
+
+    def _fetch_token(self, challenge: Challenge) -> None:
+        realm = challenge.params["realm"]
+        parts = urlsplit(realm)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise AuthError(f"registry {self.ref.api_host} named an invalid token realm")
+        if parts.scheme == "http" and not self._plain_http_allowed(parts.netloc):
+            raise AuthError(
+                f"registry {self.ref.api_host} named a plain-HTTP token realm on "
+                f"{parts.hostname}; refusing to send credentials over HTTP"
+            )
+        scope = challenge.params.get("scope") or self._scope
+        service = challenge.params.get("service")
+        creds = self._creds()
+        query: dict[str, str] = {"scope": scope}
+        if service:
+            query["service"] = service
+        method, data, auth = "GET", None, None
+        if creds is not None and creds.identity_token:
+            method = "POST"
+            data = {
+                "grant_type": "refresh_token",
+                "refresh_token": creds.identity_token,
+                "client_id": "pinguard",
+                **query,
+            }
+            url = realm
+        else:
+            url = realm + ("&" if parts.query else "?") + urlencode(query)
+            if creds is not None and creds.has_basic:
+                auth = creds.basic_header()
+        response = self._send_with_retries(method, url, {}, auth, stream=False, data=data)
+        try:
+            if response.status_code in (401, 403):
+                if creds is None:
+                    raise AuthError(
+                        f"token server for {self.ref.api_host} refused anonymous access to "
+                        f"{self.ref.repository}: {self._no_creds_hint()}"
+                    )
+                raise AuthError(
+                    f"token server for {self.ref.api_host} refused the credentials from "
+                    f"{creds.origin}"
+                )
+            if response.status_code != 200:
+                raise SourceError(
+                    f"token server for {self.ref.api_host} answered HTTP {response.status_code}"
+                )
+            try:
+                body = response.json()
+            except ValueError:
+                raise SourceError(
+                    f"token server for {self.ref.api_host} answered something that is not JSON"
+                ) from None
+        finally:
+            response.close()
+        value = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(value, str) or not value:
+            raise SourceError(f"token server for {self.ref.api_host} answered no token")
+        expires_in = body.get("expires_in")
+        lifetime = float(expires_in) if isinstance(expires_in, (int, float)) else 60.0
+        token = _Token(value=value, expires=time.time() + max(lifetime - 5.0, 1.0))
+        self._tokens[self._scope] = token
+        self._tokens[scope] = token
+        log.debug("got a registry token for %s (%s)", self.ref.api_host, scope)
+
+    # --- HTTP ---------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        auth: str | None,
+        *,
+        stream: bool,
+        data: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        """One request, redirects followed by hand; Authorization stays on its origin."""
+        origin = _origin(url)
+        carry_auth = auth is not None
+        session = self._session()
+        for _hop in range(MAX_REDIRECTS + 1):
+            request_headers = dict(headers)
+            if carry_auth and auth is not None:
+                request_headers["Authorization"] = auth
+            response = session.request(
+                method,
+                url,
+                headers=request_headers,
+                data=data,
+                stream=stream,
+                allow_redirects=False,
+                timeout=self.options.timeout,
+                auth=_NoNetrc(),
+            )
+            location = response.headers.get("Location")
+            if response.status_code not in _REDIRECTS or not location:
+                return response
+            response.close()
+            url = urljoin(url, location)
+            if _origin(url) != origin:
+                carry_auth = False  # never again on this chain, even back on the origin
+            if response.status_code == 303 or (
+                response.status_code in (301, 302) and method == "POST"
+            ):
+                method, data = "GET", None
+            log.debug("following a redirect to %s", _origin(url)[1])
+        raise SourceError(f"too many redirects fetching from {self.ref.api_host}")
+
+    def _send_with_retries(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        auth: str | None,
+        *,
+        stream: bool,
+        data: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        attempt = 0
+        while True:
+            try:
+                response = self._send(method, url, headers, auth, stream=stream, data=data)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if attempt >= self.options.max_retries:
+                    host = urlsplit(url).netloc
+                    raise SourceError(
+                        f"cannot reach {host} after {attempt + 1} attempts: {type(exc).__name__}"
+                    ) from None
+                delay = _backoff(attempt)
+            else:
+                if not _retryable(response.status_code) or attempt >= self.options.max_retries:
+                    return response
+                after = _retry_after(response.headers.get("Retry-After"))
+                delay = _backoff(attempt) if after is None else after
+                log.debug(
+                    "HTTP %s from %s; retrying in %.1fs",
+                    response.status_code,
+                    urlsplit(url).netloc,
+                    delay,
+                )
+                response.close()
+            attempt += 1
+            time.sleep(delay)
+
+    def _request(self, url: str, headers: Mapping[str, str], *, stream: bool) -> requests.Response:
+        """GET from the registry: retries, then one authentication round on a 401."""
+        authenticated = False
+        while True:
+            response = self._send_with_retries(
+                "GET", url, headers, self._auth_header(), stream=stream
+            )
+            if response.status_code != 401 or _origin(response.url) != _origin(url):
+                if response.status_code == 403 and _origin(response.url) == _origin(url):
+                    response.close()
+                    raise self._denied(403)
+                return response
+            challenge = response.headers.get("WWW-Authenticate")
+            response.close()
+            if authenticated:
+                raise self._denied(401)
+            self._tokens.pop(self._scope, None)  # an expired or revoked token
+            self._authenticate(challenge)
+            authenticated = True
+
+    def _read_limited(self, response: requests.Response, limit: int, what: str) -> bytes:
+        length = response.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise SourceError(f"{what} is too large ({length} bytes)")
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            for chunk in response.iter_content(65536):
+                total += len(chunk)
+                if total > limit:
+                    raise SourceError(f"{what} is larger than {limit} bytes")
+                chunks.append(chunk)
+        except requests.RequestException as exc:
+            raise SourceError(f"reading {what} failed: {type(exc).__name__}") from None
+        return b"".join(chunks)
+
+    def _check_status(self, response: requests.Response, what: str) -> None:
+        if response.status_code == 200:
+            return
+        status = response.status_code
+        response.close()
+        if status == 404:
+            raise ImageNotFound(f"{what} not found (HTTP 404)")
+        if status == 401:
+            raise self._denied(401)
+        raise SourceError(f"registry {self.ref.api_host} answered HTTP {status} for {what}")
+
+    # --- manifests and blobs ------------------------------------------------------------
+
+    def _fetch_manifest(self, reference: str) -> tuple[bytes, str, str]:
+        """Return (bytes, media type, digest) of a manifest, verified when by digest."""
+        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
+        what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(url, {"Accept": ACCEPT}, stream=True)
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
+            content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        finally:
+            response.close()
+        if ":" in reference and not reference.startswith(":"):
+            algo = reference.split(":", 1)[0]
+            actual = _digest_of(algo, body)
+            if actual != reference:
+                raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+            digest = reference
+        else:
+            digest = _digest_of("sha256", body)
+        return body, content_type, digest
+
+    def _parse_manifest(
+        self, body: bytes, content_type: str, what: str
+    ) -> tuple[dict[str, Any], str]:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise SourceError(f"{what} is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise SourceError(f"{what} is not a JSON object")
+        media_type = data.get("mediaType") if isinstance(data.get("mediaType"), str) else ""
+        if not media_type:
+            if content_type in INDEX_TYPES | MANIFEST_TYPES:
+                media_type = content_type
+            elif isinstance(data.get("manifests"), list):
+                media_type = OCI_INDEX
+            elif isinstance(data.get("layers"), list) and isinstance(data.get("config"), dict):
+                media_type = OCI_MANIFEST
+        if (
+            media_type in DOCKER_SCHEMA1
+            or content_type in DOCKER_SCHEMA1
+            or data.get("schemaVersion") == 1
+        ):
+            raise SourceError(f"{what} is a Docker schema 1 manifest, which is not supported")
+        if media_type not in INDEX_TYPES | MANIFEST_TYPES:
+            raise SourceError(f"{what} has an unsupported media type {media_type!r}")
+        return data, str(media_type)
+
+    def _select(self, index: Mapping[str, Any], what: str) -> tuple[dict[str, Any], Platform]:
+        wanted = self.options.platform or host_platform()
+        entries: list[tuple[dict[str, Any], Platform]] = []
+        for desc in index.get("manifests") or []:
+            if not isinstance(desc, dict):
+                continue
+            annotations = desc.get("annotations") or {}
+            if isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type"):
+                continue  # attestations and other non-image entries
+            plat = _platform_of(desc.get("platform") or {})
+            if plat is None or plat.os == "unknown":
+                continue
+            entries.append((desc, plat))
+        matching = [(d, p) for d, p in entries if platform_matches(wanted, p)]
+        if not matching:
+            available = sorted({str(p) for _, p in entries})
+            listing = ", ".join(available) if available else "none"
+            raise ImageNotFound(f"{what} has no image for platform {wanted}; available: {listing}")
+        # Exact spelling first, then normalised, then index order.
+        exact = [(d, p) for d, p in matching if p == wanted]
+        return (exact or matching)[0]
+
+    def _fetch_config(self, digest: str) -> dict[str, Any]:
+        what = f"config {digest} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(self._blob_url(digest), {}, stream=True)
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, MAX_CONFIG_BYTES, what)
+        finally:
+            response.close()
+        actual = _digest_of(digest.split(":", 1)[0], body)
+        if actual != digest:
+            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+        try:
+            config = json.loads(body)
+        except ValueError:
+            raise SourceError(f"{what} is not valid JSON") from None
+        if not isinstance(config, dict):
+            raise SourceError(f"{what} is not a JSON object")
+        return config
+
+    def _blob_url(self, digest: str) -> str:
+        return f"{self.base_url}/v2/{self.ref.repository}/blobs/{digest}"
+
+    def resolve(self) -> ResolvedImage:
+        """Fetch the manifest (choosing a platform from an index) and the image config."""
+        notes: list[str] = []
+        reference = self.ref.manifest_reference
+        chosen_platform: Platform | None = None
+        for _depth in range(MAX_INDEX_DEPTH):
+            body, content_type, digest = self._fetch_manifest(reference)
+            what = f"{self.display} (manifest {digest})"
+            manifest, media_type = self._parse_manifest(body, content_type, what)
+            if media_type not in INDEX_TYPES:
+                break
+            desc, chosen_platform = self._select(manifest, self.display)
+            child = desc.get("digest")
+            if not isinstance(child, str) or ":" not in child:
+                raise SourceError(f"{what}: an index entry has no digest")
+            reference = child
+        else:
+            raise SourceError(f"{self.display}: indexes nested too deeply")
+
+        config_desc = manifest.get("config")
+        if not isinstance(config_desc, dict) or not isinstance(config_desc.get("digest"), str):
+            raise SourceError(f"{what} has no config descriptor")
+        config = self._fetch_config(config_desc["digest"])
+
+        config_platform = _platform_of(config)
+        if chosen_platform is None:
+            chosen_platform = config_platform
+            wanted = self.options.platform
+            if (
+                wanted is not None
+                and chosen_platform is not None
+                and not platform_matches(wanted, chosen_platform)
+            ):
+                raise ImageNotFound(
+                    f"{self.display} has no image for platform {wanted}; "
+                    f"available: {chosen_platform}"
+                )
+            if (
+                wanted is None
+                and chosen_platform is not None
+                and not platform_matches(host_platform(), chosen_platform)
+            ):
+                notes.append(
+                    f"single-platform image for {chosen_platform}, not this machine's "
+                    f"{host_platform()}"
+                )
+
+        rootfs = config.get("rootfs")
+        diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+        layer_descs = manifest.get("layers") or []
+        if not isinstance(layer_descs, list):
+            raise SourceError(f"{what}: 'layers' is not a list")
+        if isinstance(diff_ids, list) and len(diff_ids) != len(layer_descs):
+            raise BlobVerificationError(
+                f"{what} lists {len(layer_descs)} layers but its config lists "
+                f"{len(diff_ids)} diff_ids"
+            )
+        layers: list[LayerRef] = []
+        for i, desc in enumerate(layer_descs):
+            if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str):
+                raise SourceError(f"{what}: layer {i} has no digest")
+            size = desc.get("size")
+            diff_id = diff_ids[i] if isinstance(diff_ids, list) else None
+            layers.append(
+                LayerRef(
+                    digest=desc["digest"],
+                    size=size if isinstance(size, int) else None,
+                    media_type=str(desc.get("mediaType") or ""),
+                    diff_id=diff_id if isinstance(diff_id, str) else None,
+                )
+            )
+        return ResolvedImage(
+            reference=self.display,
+            transport="docker",
+            manifest_digest=digest,
+            platform=chosen_platform,
+            config=config,
+            layers=tuple(layers),
+            notes=tuple(notes),
+        )
+
+    def open_blob(self, layer: LayerRef) -> BinaryIO:
+        """Stream one blob as stored; the caller verifies its digest and size."""
+        what = f"blob {layer.digest} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(self._blob_url(layer.digest), {}, stream=True)
+        self._check_status(response, what)
+        return io.BufferedReader(_ResponseStream(response, what), buffer_size=BLOB_BUFFER)
