@@ -1,0 +1,684 @@
+"""Real registries for tests: Debian's ``docker-registry`` on 127.0.0.1, and small HTTP helpers.
+
+``start_registry(workdir, auth=...)`` launches a ``docker-registry`` process on an ephemeral
+loopback port with its own storage directory and a config YAML written here, in one of three
+modes: ``"none"`` (anonymous), ``"htpasswd"`` (Basic auth, bcrypt file made by ``htpasswd``)
+and ``"token"`` (the Bearer token flow: a ``TokenServer`` in this process checks Basic
+credentials and issues RS256 JWTs signed by a throwaway key whose self-signed certificate is
+the registry's ``rootcertbundle``, all made with ``openssl``). ``RegistryServer.push`` copies
+an image into it with ``skopeo``; ``build_oci_layout`` writes a tiny single- or multi-platform
+OCI layout to push. ``HTTPFront`` is a forwarding proxy that can fail the first requests
+(503 + Retry-After) or redirect blob GETs elsewhere, and ``HeaderRecorder`` is a server that
+records what it was sent; tests use them to prove retries and credential hygiene over real
+HTTP. Every server binds 127.0.0.1 only and is stopped by its ``stop()`` (or ``with``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import hashlib
+import http.client
+import io
+import json
+import os
+import secrets
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+from tests.infra.tools import require_tool
+
+AuthMode = Literal["none", "htpasswd", "token"]
+DEFAULT_USER = "pgtest"
+DEFAULT_PASSWORD = "s3cret-Pa55-for-tests"
+TOKEN_SERVICE = "pinguard-test-registry"
+TOKEN_ISSUER = "pinguard-test-token-issuer"
+
+
+def free_port() -> int:
+    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+# --- small HTTP servers -----------------------------------------------------------------------
+
+
+class _Server:
+    """A ThreadingHTTPServer on 127.0.0.1 serving in a daemon thread."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> None:
+        self.httpd = ThreadingHTTPServer((host, 0), handler)
+        self.httpd.daemon_threads = True
+        self.httpd.owner = self  # type: ignore[attr-defined]
+        self.host = host
+        self.port = int(self.httpd.server_address[1])
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    @property
+    def owner(self) -> Any:
+        return self.server.owner  # type: ignore[attr-defined]
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _reply(
+        self, status: int, body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request a helper server saw."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+class HeaderRecorder(_Server):
+    """Serves ``blobs[path]`` and records every request's headers (e.g. on 127.0.0.2)."""
+
+    def __init__(self, host: str = "127.0.0.2") -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.requests: list[Recorded] = []
+        super().__init__(_RecorderHandler, host)
+
+
+class _RecorderHandler(_Handler):
+    def do_GET(self) -> None:
+        owner: HeaderRecorder = self.owner
+        owner.requests.append(Recorded("GET", self.path, dict(self.headers.items())))
+        body = owner.blobs.get(urlsplit(self.path).path)
+        if body is None:
+            self._reply(404, b"not here")
+        else:
+            self._reply(200, body, {"Content-Type": "application/octet-stream"})
+
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"}
+
+
+class HTTPFront(_Server):
+    """A forwarding proxy in front of ``upstream`` (``host:port``), with test behaviours.
+
+    ``fail_first``: answer the first N requests with ``fail_status`` and ``Retry-After``.
+    ``redirect_blobs_to``: answer authorised blob GETs with a 307 to that base URL
+    (``{base}/v2/REPO/blobs/DIGEST``), as registries backed by object storage do.
+    Every request is kept in ``requests`` (headers included) for assertions."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        fail_first: int = 0,
+        fail_status: int = 503,
+        retry_after: str | None = "0",
+        redirect_blobs_to: str | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.fail_remaining = fail_first
+        self.fail_status = fail_status
+        self.retry_after = retry_after
+        self.redirect_blobs_to = redirect_blobs_to
+        self.requests: list[Recorded] = []
+        self.lock = threading.Lock()
+        super().__init__(_FrontHandler)
+
+
+class _FrontHandler(_Handler):
+    def _handle(self) -> None:
+        owner: HTTPFront = self.owner
+        body = self._body()
+        with owner.lock:
+            owner.requests.append(Recorded(self.command, self.path, dict(self.headers.items())))
+            failing = owner.fail_remaining > 0
+            if failing:
+                owner.fail_remaining -= 1
+        if failing:
+            headers = {"Retry-After": owner.retry_after} if owner.retry_after is not None else {}
+            self._reply(owner.fail_status, b"try again later", headers)
+            return
+        if (
+            owner.redirect_blobs_to
+            and self.command == "GET"
+            and "/blobs/" in self.path
+            and self.headers.get("Authorization")
+        ):
+            self._reply(307, b"", {"Location": owner.redirect_blobs_to + self.path})
+            return
+        conn = http.client.HTTPConnection(owner.upstream, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            out = {k: v for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP}
+            self._reply(response.status, payload, out)
+        finally:
+            conn.close()
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+
+class TokenServer(_Server):
+    """A Bearer token issuer: Basic creds (or a refresh token) in, an RS256 JWT out.
+
+    Anonymous requests get a valid token with no access, as Docker Hub does for private
+    repositories. ``issued`` counts tokens handed out, per scope."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        username: str = DEFAULT_USER,
+        password: str = DEFAULT_PASSWORD,
+        refresh_token: str | None = None,
+    ) -> None:
+        openssl = require_tool("openssl")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.key_path = workdir / "token-key.pem"
+        self.cert_path = workdir / "token-cert.pem"
+        subprocess.run(
+            [
+                openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-subj", "/CN=pinguard-test-token-issuer",
+                "-keyout", str(self.key_path), "-out", str(self.cert_path),
+            ],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+        der = subprocess.run(
+            [openssl, "x509", "-in", str(self.cert_path), "-outform", "DER"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        self._openssl = openssl
+        self._x5c = base64.b64encode(der).decode("ascii")
+        self.username = username
+        self.password = password
+        self.refresh_token = refresh_token
+        self.issued: dict[str, int] = {}
+        self.requests: list[Recorded] = []
+        self.lock = threading.Lock()
+        super().__init__(_TokenHandler)
+
+    @property
+    def realm(self) -> str:
+        return f"{self.url}/token"
+
+    def make_token(self, subject: str, access: list[dict[str, Any]]) -> str:
+        now = int(time.time())
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [self._x5c]}
+        claims = {
+            "iss": TOKEN_ISSUER,
+            "sub": subject,
+            "aud": TOKEN_SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": secrets.token_hex(8),
+            "access": access,
+        }
+        signing_input = (
+            _b64url(json.dumps(header).encode()) + "." + _b64url(json.dumps(claims).encode())
+        )
+        signature = subprocess.run(
+            [self._openssl, "dgst", "-sha256", "-sign", str(self.key_path)],
+            input=signing_input.encode(),
+            check=True,
+            capture_output=True,
+        ).stdout
+        return signing_input + "." + _b64url(signature)
+
+
+def _parse_scopes(values: Sequence[str]) -> list[dict[str, Any]]:
+    access = []
+    for value in values:
+        for scope in value.split(" "):
+            parts = scope.split(":")
+            if len(parts) >= 3:
+                kind, name, actions = parts[0], ":".join(parts[1:-1]), parts[-1]
+                access.append({"type": kind, "name": name, "actions": actions.split(",")})
+    return access
+
+
+class _TokenHandler(_Handler):
+    def _grant(self, query: Mapping[str, list[str]], subject: str | None) -> None:
+        owner: TokenServer = self.owner
+        scopes = list(query.get("scope", []))
+        access = _parse_scopes(scopes) if subject else []
+        token = owner.make_token(subject or "", access)
+        with owner.lock:
+            key = " ".join(scopes)
+            owner.issued[key] = owner.issued.get(key, 0) + 1
+        body = json.dumps({"token": token, "access_token": token, "expires_in": 300})
+        self._reply(200, body.encode(), {"Content-Type": "application/json"})
+
+    def do_GET(self) -> None:
+        owner: TokenServer = self.owner
+        owner.requests.append(Recorded("GET", self.path, dict(self.headers.items())))
+        parts = urlsplit(self.path)
+        if parts.path != "/token":
+            self._reply(404)
+            return
+        query = parse_qs(parts.query)
+        header = self.headers.get("Authorization", "")
+        if not header:
+            self._grant(query, None)
+            return
+        expected = base64.b64encode(f"{owner.username}:{owner.password}".encode()).decode()
+        if header != f"Basic {expected}":
+            self._reply(401, b'{"details":"incorrect username or password"}')
+            return
+        self._grant(query, owner.username)
+
+    def do_POST(self) -> None:
+        owner: TokenServer = self.owner
+        owner.requests.append(Recorded("POST", self.path, dict(self.headers.items())))
+        form = parse_qs(self._body().decode())
+        if (
+            owner.refresh_token
+            and form.get("grant_type") == ["refresh_token"]
+            and form.get("refresh_token") == [owner.refresh_token]
+        ):
+            self._grant(form, owner.username)
+        else:
+            self._reply(401, b'{"error":"invalid_grant"}')
+
+
+# --- the registry process -----------------------------------------------------------------------
+
+
+@dataclass
+class RegistryServer:
+    """A running ``docker-registry``; ``address`` is ``127.0.0.1:PORT`` (plain HTTP)."""
+
+    port: int
+    root: Path
+    process: subprocess.Popen[bytes]
+    auth: AuthMode = "none"
+    username: str | None = None
+    password: str | None = None
+    token_server: TokenServer | None = None
+    log_path: Path | None = None
+    extra: list[Any] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def ref(self, repo_and_tag: str) -> str:
+        """``127.0.0.1:PORT/REPO:TAG``: a reference for RegistrySource (no ``docker://``)."""
+        return f"{self.address}/{repo_and_tag}"
+
+    def push(
+        self,
+        source: str,
+        repo_and_tag: str,
+        *,
+        all_platforms: bool = False,
+        format: str | None = None,  # skopeo --format: "oci" or "v2s2"
+    ) -> None:
+        """``skopeo copy SOURCE docker://ADDRESS/REPO:TAG`` with this registry's credentials."""
+        skopeo = require_tool("skopeo")
+        cmd = [skopeo, "--insecure-policy", "copy", "--dest-tls-verify=false", "--quiet"]
+        if self.username is not None and self.password is not None:
+            cmd.append(f"--dest-creds={self.username}:{self.password}")
+        if all_platforms:
+            cmd.append("--all")
+        if format:
+            cmd.append(f"--format={format}")
+        cmd += [source, f"docker://{self.ref(repo_and_tag)}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"skopeo copy {source} -> {repo_and_tag} failed:\n{proc.stderr}\n"
+                f"registry log:\n{self.log()}"
+            )
+
+    def log(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.token_server is not None:
+            self.token_server.stop()
+        for item in self.extra:
+            item.stop()
+
+    def __enter__(self) -> RegistryServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _config_yaml(port: int, storage: Path, auth_block: str) -> str:
+    return (
+        "version: 0.1\n"
+        "log:\n"
+        "  level: warn\n"
+        "  accesslog:\n"
+        "    disabled: true\n"
+        "storage:\n"
+        "  filesystem:\n"
+        f"    rootdirectory: {storage}\n"
+        "  delete:\n"
+        "    enabled: true\n"
+        "  maintenance:\n"
+        "    uploadpurging:\n"
+        "      enabled: false\n"
+        "http:\n"
+        f"  addr: 127.0.0.1:{port}\n"
+        f"  secret: {secrets.token_hex(16)}\n"
+        "health:\n"
+        "  storagedriver:\n"
+        "    enabled: false\n" + auth_block
+    )
+
+
+def _wait_ready(server: RegistryServer, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{server.url}/v2/", timeout=2):
+                return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def start_registry(
+    workdir: Path,
+    *,
+    auth: AuthMode = "none",
+    username: str = DEFAULT_USER,
+    password: str = DEFAULT_PASSWORD,
+    refresh_token: str | None = None,
+) -> RegistryServer:
+    """Start ``docker-registry`` on 127.0.0.1 (ephemeral port) storing under ``workdir``.
+
+    ``auth``: "none", "htpasswd" (Basic) or "token" (Bearer via a TokenServer that accepts
+    ``username``/``password`` and, when given, ``refresh_token`` as an identity token).
+    The caller stops it (``stop()`` or ``with``)."""
+    binary = require_tool("docker-registry")
+    workdir.mkdir(parents=True, exist_ok=True)
+    storage = workdir / "storage"
+    storage.mkdir(exist_ok=True)
+    token_server: TokenServer | None = None
+    auth_block = ""
+    if auth == "htpasswd":
+        htpasswd = require_tool("htpasswd")
+        line = subprocess.run(
+            [htpasswd, "-Bbn", username, password], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        (workdir / "htpasswd").write_text(line + "\n")
+        auth_block = (
+            f"auth:\n  htpasswd:\n    realm: pinguard-test\n    path: {workdir / 'htpasswd'}\n"
+        )
+    elif auth == "token":
+        token_server = TokenServer(
+            workdir / "token", username=username, password=password, refresh_token=refresh_token
+        )
+        auth_block = (
+            "auth:\n  token:\n"
+            f"    realm: {token_server.realm}\n"
+            f"    service: {TOKEN_SERVICE}\n"
+            f"    issuer: {TOKEN_ISSUER}\n"
+            f"    rootcertbundle: {token_server.cert_path}\n"
+        )
+    last_log = ""
+    for _attempt in range(3):  # the port may be taken between free_port() and bind
+        port = free_port()
+        config = workdir / "config.yml"
+        config.write_text(_config_yaml(port, storage, auth_block))
+        log_path = workdir / "registry.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [binary, "serve", str(config)],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+            )
+        server = RegistryServer(
+            port=port,
+            root=workdir,
+            process=process,
+            auth=auth,
+            username=username if auth != "none" else None,
+            password=password if auth != "none" else None,
+            token_server=token_server,
+            log_path=log_path,
+        )
+        if _wait_ready(server, time.monotonic() + 20):
+            return server
+        last_log = server.log()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if token_server is not None:
+        token_server.stop()
+    raise RuntimeError(f"docker-registry did not start:\n{last_log}")
+
+
+@contextlib.contextmanager
+def running_registry(workdir: Path, **kwargs: Any) -> Iterator[RegistryServer]:
+    """``with running_registry(tmp) as reg:`` — start_registry, stopped on exit."""
+    server = start_registry(workdir, **kwargs)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- tiny OCI layouts -----------------------------------------------------------------------------
+
+OCI_LAYOUT_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+@dataclass(frozen=True)
+class LayoutImage:
+    """What ``build_oci_layout`` wrote for one platform."""
+
+    platform: str  # "linux/amd64", "linux/arm64/v8"
+    manifest_digest: str
+    config_digest: str
+    layers: tuple[tuple[str, bytes], ...]  # (digest, compressed bytes) in order
+    diff_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An OCI layout directory and what is in it; ``source`` is skopeo's ``oci:DIR:TAG``."""
+
+    path: Path
+    tag: str
+    images: tuple[LayoutImage, ...]
+    index_digest: str | None  # the nested index for multi-platform layouts
+
+    @property
+    def source(self) -> str:
+        return f"oci:{self.path}:{self.tag}"
+
+
+def _tar_layer(files: Mapping[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 0
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _write_blob(blobs: Path, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / digest).write_bytes(data)
+    return f"sha256:{digest}"
+
+
+def build_oci_layout(
+    path: Path,
+    *,
+    tag: str = "latest",
+    platforms: Sequence[str] = ("linux/amd64",),
+    layers: Sequence[Mapping[str, bytes]] | Callable[[str], Sequence[Mapping[str, bytes]]] = (
+        {"etc/pinguard-test": b"hello\n"},
+    ),
+) -> Layout:
+    """Write an OCI layout with one image per platform (a nested index when there are several).
+
+    ``layers`` is a list of {path: bytes} (one gzip layer each), or a function of the
+    platform string returning such a list so each platform gets different bytes."""
+    blobs = path / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+    (path / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    images: list[LayoutImage] = []
+    descriptors: list[dict[str, Any]] = []
+    for plat in platforms:
+        parts = plat.split("/")
+        os_name, arch = parts[0], parts[1]
+        variant = parts[2] if len(parts) > 2 else ""
+        specs = layers(plat) if callable(layers) else layers
+        layer_descs, layer_blobs, diff_ids = [], [], []
+        for files in specs:
+            tar = _tar_layer(files)
+            compressed = gzip.compress(tar, mtime=0)
+            digest = _write_blob(blobs, compressed)
+            layer_descs.append(
+                {"mediaType": OCI_LAYER_GZIP, "digest": digest, "size": len(compressed)}
+            )
+            layer_blobs.append((digest, compressed))
+            diff_ids.append(f"sha256:{hashlib.sha256(tar).hexdigest()}")
+        config: dict[str, Any] = {
+            "architecture": arch,
+            "os": os_name,
+            "config": {"Env": ["PATH=/usr/bin"]},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+            "history": [{"created_by": f"COPY layer {i}"} for i in range(len(specs))],
+        }
+        if variant:
+            config["variant"] = variant
+        config_bytes = json.dumps(config, sort_keys=True).encode()
+        config_digest = _write_blob(blobs, config_bytes)
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": len(config_bytes)},
+            "layers": layer_descs,
+        }
+        manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
+        manifest_digest = _write_blob(blobs, manifest_bytes)
+        platform_obj = {"os": os_name, "architecture": arch}
+        if variant:
+            platform_obj["variant"] = variant
+        descriptors.append(
+            {
+                "mediaType": OCI_MANIFEST,
+                "digest": manifest_digest,
+                "size": len(manifest_bytes),
+                "platform": platform_obj,
+            }
+        )
+        images.append(
+            LayoutImage(
+                platform=plat,
+                manifest_digest=manifest_digest,
+                config_digest=config_digest,
+                layers=tuple(layer_blobs),
+                diff_ids=tuple(diff_ids),
+            )
+        )
+    ref_name = {"org.opencontainers.image.ref.name": tag}
+    index_digest: str | None = None
+    if len(descriptors) == 1:
+        top = {**descriptors[0], "annotations": ref_name}
+        del top["platform"]
+    else:
+        nested = {"schemaVersion": 2, "mediaType": OCI_LAYOUT_INDEX, "manifests": descriptors}
+        nested_bytes = json.dumps(nested, sort_keys=True).encode()
+        index_digest = _write_blob(blobs, nested_bytes)
+        top = {
+            "mediaType": OCI_LAYOUT_INDEX,
+            "digest": index_digest,
+            "size": len(nested_bytes),
+            "annotations": ref_name,
+        }
+    index = {"schemaVersion": 2, "mediaType": OCI_LAYOUT_INDEX, "manifests": [top]}
+    (path / "index.json").write_text(json.dumps(index, sort_keys=True))
+    return Layout(path=path, tag=tag, images=tuple(images), index_digest=index_digest)
