@@ -1,0 +1,133 @@
+"""Options and wiring shared by the commands that read an image (audit, constraints, plan, gate)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from pinguard.audit import AuditOptions, audit_image
+from pinguard.cache import default_cache_dir
+from pinguard.errors import UsageError
+from pinguard.models import AuditResult, Platform, Severity
+from pinguard.sources.interface import LayerRef, SourceOptions
+
+FAIL_ON = {"error": Severity.ERROR, "warning": Severity.WARNING, "info": Severity.INFO, "never": None}
+
+
+def parse_platform(text: str) -> Platform:
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UsageError(f"invalid --platform {text!r}: expected os/arch[/variant], e.g. linux/arm64")
+    return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("image")
+    g.add_argument("--platform", help="os/arch[/variant] to pick from a multi-platform image")
+    g.add_argument(
+        "--insecure-registry", action="append", default=[], metavar="HOST",
+        help="allow plain HTTP for this registry (loopback registries always may)",
+    )
+    g.add_argument("--cache-dir", type=Path, help="per-layer analysis cache (default: user cache dir)")
+    g.add_argument("--no-cache", action="store_true", help="neither read nor write the layer cache")
+    g.add_argument("--verify-records", action="store_true", help="hash every installed file against RECORD")
+    g.add_argument("--jobs", type=int, default=0, help="layer worker processes (default: one per core)")
+
+
+def add_policy_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("policy")
+    g.add_argument("--policy", action="append", default=[], metavar="FILE", help="policy file (repeatable)")
+    g.add_argument("--target", action="append", default=[], metavar="T", help="build target, e.g. sm_121")
+    g.add_argument("--fail-on", choices=sorted(FAIL_ON), default="error", help="lowest severity that fails (default: error)")
+    g.add_argument("--allow-incomplete", action="store_true", help="do not fail when something could not be read")
+
+
+class _RichProgress:
+    """Draws one bar per layer on stderr."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            console=console, transient=True,
+        )
+        self._tasks: dict[str, Any] = {}
+
+    def layers(self, todo: Sequence[LayerRef], cached: int) -> None:
+        if todo:
+            self._progress.start()
+        for layer in todo:
+            self._tasks[layer.digest] = self._progress.add_task(
+                f"layer {layer.digest.split(':')[-1][:12]}", total=layer.size
+            )
+
+    def advance(self, layer: LayerRef, nbytes: int) -> None:
+        self._progress.advance(self._tasks[layer.digest], nbytes)
+
+    def done(self, layer: LayerRef) -> None:
+        task = self._tasks[layer.digest]
+        self._progress.update(task, completed=layer.size or 0, total=layer.size or 0)
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+
+def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
+    options = AuditOptions(
+        source=SourceOptions(
+            platform=parse_platform(args.platform) if args.platform else None,
+            insecure_registries=tuple(args.insecure_registry),
+        ),
+        cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
+        verify_records=args.verify_records,
+        jobs=max(0, args.jobs),
+    )
+    err = Console(stderr=True)
+    if err.is_terminal:
+        progress = _RichProgress(err)
+        try:
+            return audit_image(reference, options=options, progress=progress)
+        finally:
+            progress.stop()
+    return audit_image(reference, options=options)
+
+
+def load_policies(paths: Sequence[str]) -> Any:
+    from pinguard.policy.load import discover, load_policy
+    from pinguard.policy.model import default_policy
+
+    if paths:
+        return load_policy(*paths)
+    found = discover(Path.cwd())
+    return load_policy(found) if found is not None else default_policy()
+
+
+def judge(result: AuditResult, args: argparse.Namespace) -> AuditResult:
+    """Apply the policy (files, discovered, or the built-in default) to an audit result."""
+    import dataclasses
+
+    from pinguard.policy.engine import evaluate
+
+    policy = load_policies(args.policy)
+    findings = evaluate(
+        result,
+        policy,
+        targets=tuple(args.target),
+        today=_dt.date.today(),
+        file_digests=dict(result.file_digests) if args.verify_records else None,
+    )
+    return dataclasses.replace(result, findings=tuple(findings))
+
+
+def exit_code(result: AuditResult, args: argparse.Namespace) -> int:
+    return 0 if result.verdict(FAIL_ON[args.fail_on], args.allow_incomplete) == "pass" else 1
+
+
+def stdout_console() -> Console:
+    return Console(file=sys.stdout, soft_wrap=False)

@@ -1,0 +1,116 @@
+"""The versioned JSON document (schema ``pinguard/audit/v1``, shipped as a JSON Schema).
+
+Turns an ``AuditResult`` into plain data with every list sorted, so the same image always
+gives the same bytes. The schema file lives in ``pinguard/schemas/audit-v1.schema.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pinguard.models import SCHEMA_ID, AuditResult, Finding, Severity
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "rule": f.rule,
+        "severity": f.severity.value,
+        "message": f.message,
+        "package": f.package,
+        "environment": f.environment,
+        "step": f.step,
+        "versions": list(f.versions),
+        "policy_file": f.policy_file,
+        "policy_line": f.policy_line,
+        "waived": f.waived,
+        "waiver_reason": f.waiver_reason,
+    }
+
+
+def finding_sort_key(f: Finding) -> tuple[Any, ...]:
+    return (f.step or 0, f.environment or "", f.package or "", f.rule, f.message)
+
+
+def to_dict(
+    result: AuditResult, *, fail_on: Severity | None = Severity.ERROR, allow_incomplete: bool = False
+) -> dict[str, Any]:
+    image = result.image
+    steps = []
+    for step in result.steps:
+        steps.append(
+            {
+                "index": step.index,
+                "created_by": step.created_by,
+                "layer_digest": step.layer_digest,
+                "changes": [
+                    {
+                        "environment": c.environment,
+                        "name": c.name,
+                        "kind": c.kind.value,
+                        "before": c.before,
+                        "after": c.after,
+                        "causes": [
+                            {"package": x.package, "version": x.version, "requirement": x.requirement}
+                            for x in c.causes
+                        ],
+                    }
+                    for c in sorted(step.changes, key=lambda c: (c.environment, c.name))
+                ],
+                "unmet": [
+                    {
+                        "environment": u.environment,
+                        "package": u.package,
+                        "version": u.version,
+                        "requirement": u.requirement,
+                        "installed": u.installed,
+                    }
+                    for u in sorted(step.unmet, key=lambda u: (u.environment, u.package, u.requirement))
+                ],
+            }
+        )
+    environments = [
+        {
+            "path": env.path,
+            "python": env.python,
+            "packages": [
+                {
+                    "name": d.name,
+                    "version": d.raw_version,
+                    "pep440": d.pep440,
+                    "installer": d.installer,
+                    "requested": d.requested,
+                    "metadata_path": d.metadata_path,
+                    "requires_python": d.requires_python,
+                    "direct_url": d.direct_url,
+                }
+                for d in env.distributions
+            ],
+        }
+        for env in result.final.environments
+    ]
+    return {
+        "schema": SCHEMA_ID,
+        "image": {
+            "reference": image.reference,
+            "transport": image.transport,
+            "manifest_digest": image.manifest_digest,
+            "platform": str(image.platform) if image.platform else None,
+        },
+        "steps": steps,
+        "environments": environments,
+        "debian_packages": [
+            {"name": p.name, "version": p.version, "architecture": p.architecture}
+            for p in result.final.debs
+        ],
+        "findings": [finding_dict(f) for f in sorted(result.findings, key=finding_sort_key)],
+        "incomplete": [{"what": i.what, "why": i.why} for i in result.incomplete],
+        "notes": list(result.notes),
+        "verdict": result.verdict(fail_on, allow_incomplete),
+    }
+
+
+def render(
+    result: AuditResult, *, fail_on: Severity | None = Severity.ERROR, allow_incomplete: bool = False
+) -> str:
+    return json.dumps(to_dict(result, fail_on=fail_on, allow_incomplete=allow_incomplete), indent=2) + "\n"

@@ -1,0 +1,105 @@
+"""The human view: rich tables of the steps that changed something, then findings.
+
+Only steps with changes or unmet requirements are shown; downgrades and unmet requirements
+stand out in red. The renderer draws onto a ``rich.console.Console`` the CLI hands it (so
+it never decides where output goes) and is deterministic for a given width.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pinguard.models import AuditResult, ChangeKind, Severity
+
+_KIND_STYLE = {
+    ChangeKind.ADDED: "green",
+    ChangeKind.REMOVED: "yellow",
+    ChangeKind.UPGRADED: "cyan",
+    ChangeKind.DOWNGRADED: "bold red",
+    ChangeKind.REINSTALLED: "magenta",
+}
+_SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+
+
+def _short(command: str, width: int = 110) -> str:
+    text = " ".join(command.split())
+    for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render(
+    result: AuditResult,
+    console: Console,
+    *,
+    fail_on: Severity | None = Severity.ERROR,
+    allow_incomplete: bool = False,
+) -> None:
+    image = result.image
+    console.print(
+        Text.assemble(
+            ("image ", "bold"), image.reference, "  ",
+            (image.manifest_digest or "", "dim"), "  ",
+            (str(image.platform) if image.platform else "", "dim"),
+        )
+    )
+    for note in result.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    shown = 0
+    for step in result.steps:
+        if not step.changes and not step.unmet:
+            continue
+        shown += 1
+        table = Table(
+            title=Text.assemble((f"step {step.index}  ", "bold"), _short(step.created_by)),
+            title_justify="left",
+            show_lines=False,
+            expand=False,
+        )
+        table.add_column("environment", style="dim", overflow="fold")
+        table.add_column("package", overflow="fold")
+        table.add_column("change")
+        table.add_column("version", overflow="fold")
+        table.add_column("why", overflow="fold")
+        for c in sorted(step.changes, key=lambda c: (c.environment, c.name)):
+            version = (
+                f"{c.before} -> {c.after}"
+                if c.before and c.after and c.before != c.after
+                else (c.after or c.before or "")
+            )
+            why = "  <-  ".join(f"{x.package} {x.version} requires {x.requirement}" for x in c.causes)
+            table.add_row(
+                c.environment, c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why
+            )
+        for u in step.unmet:
+            have = f"{u.installed} installed" if u.installed else "not installed"
+            table.add_row(
+                u.environment,
+                u.package,
+                Text("unmet", style="bold red"),
+                u.version,
+                Text(f"requires {u.requirement}, {have}", style="red"),
+            )
+        console.print(table)
+    if not shown:
+        console.print("no build step changed a Python distribution")
+    envs = ", ".join(
+        f"{e.path} (python {e.python or '?'}, {len(e.distributions)} distributions)"
+        for e in result.final.environments
+    )
+    console.print(Text(f"environments: {envs or 'none found'}", style="dim"))
+    if result.findings:
+        table = Table(title="findings", title_justify="left")
+        for col in ("severity", "rule", "step", "package", "message"):
+            table.add_column(col, overflow="fold")
+        for f in sorted(result.findings, key=lambda f: (-f.severity.rank, f.step or 0, f.package or "", f.rule)):
+            sev = Text(f.severity.value + (" (waived)" if f.waived else ""), style=_SEV_STYLE[f.severity] if not f.waived else "dim")
+            table.add_row(sev, f.rule, str(f.step or ""), f.package or "", f.message)
+        console.print(table)
+    for item in result.incomplete:
+        console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
+    verdict = result.verdict(fail_on, allow_incomplete)
+    console.print(Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red"))
