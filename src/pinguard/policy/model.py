@@ -187,9 +187,12 @@ class Scope:
 
     def matches_run(self, platform: Platform | None, targets: Iterable[str]) -> bool:
         """The conditions that hold or fail for the whole image: platforms and targets."""
-        if self.platforms and platform is not None:
-            if not any(_platform_matches(p, platform) for p in self.platforms):
-                return False
+        if (
+            self.platforms
+            and platform is not None
+            and not any(_platform_matches(p, platform) for p in self.platforms)
+        ):
+            return False
         return not (self.targets and not set(self.targets) & set(targets))
 
     def matches_environment(self, env_path: str | None, env: Environment | None,
@@ -259,7 +262,7 @@ class Forbidden:
 
 @dataclass(frozen=True, slots=True)
 class Coupling:
-    """When ``package`` is within ``specifier``, ``requires`` must be within ``requires_specifier``."""
+    """When ``package`` is in ``specifier``, ``requires`` must be in ``requires_specifier``."""
 
     package: NormalizedName
     specifier: SpecifierSet

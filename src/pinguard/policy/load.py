@@ -1,0 +1,524 @@
+"""Read policy files: TOML parsing, validation with file and line, ``extend``, discovery.
+
+A policy file is parsed by tomlkit and located line by line (``locate``), then every value
+is checked and converted at this boundary: names are canonicalized, versions and ranges
+become ``SpecifierSet``s, markers ``Marker``s, severities ``Severity``. Every problem in a
+file is collected as a ``PolicyProblem`` (file, line, message quoting the bad value with
+``!r``) and raised together as one ``PolicyError`` (a ``ConfigError``). ``extend`` names
+other files relative to the extending one; they are loaded first (depth first, each once)
+and cycles are errors. Later files override earlier ones key by key in ``[rules.*]``, while
+``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]`` entries accumulate.
+``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in ``pyproject.toml``
+from a directory upwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from packaging.markers import InvalidMarker, Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidName, NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from pinguard.errors import ConfigError
+from pinguard.models import Severity
+from pinguard.policy.locate import Lines, locate_lines
+from pinguard.policy.locate import Path as KeyPath
+from pinguard.policy.model import (
+    CONFIGURABLE_RULES,
+    RULES,
+    Coupling,
+    Forbidden,
+    Origin,
+    Pin,
+    Policy,
+    Scope,
+    Waiver,
+    default_rules,
+)
+
+PYPROJECT_PREFIX: KeyPath = ("tool", "pinguard")
+
+_SCOPE_KEYS = ("environments", "platforms", "targets", "marker")
+_TOP_KEYS = ("extend", "name", "description", "rules", "pin", "forbidden", "coupling", "waiver")
+_RULE_KEYS = ("severity", "enabled", *_SCOPE_KEYS)
+_RULE_EXTRA = {"downgrade": ("allow", "packages")}
+_PIN_KEYS = ("package", "version", "reason", "link", "severity", *_SCOPE_KEYS)
+_COUPLING_KEYS = ("package", "version", "requires", "reason", "link", "severity", *_SCOPE_KEYS)
+_WAIVER_KEYS = ("package", "rule", "reason", "expires", "environments")
+_SEVERITIES = tuple(s.value for s in Severity)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyProblem:
+    """One thing wrong in a policy file."""
+
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+class PolicyError(ConfigError):
+    """One or more policy files are invalid; ``problems`` lists each with file and line."""
+
+    def __init__(self, problems: Sequence[PolicyProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@dataclass(slots=True)
+class _Layer:
+    """What one file says, before merging."""
+
+    file: str
+    extends: list[tuple[Path, int]] = field(default_factory=list)
+    rules: dict[str, tuple[dict[str, Any], Origin]] = field(default_factory=dict)
+    pins: list[Pin] = field(default_factory=list)
+    forbidden: list[Forbidden] = field(default_factory=list)
+    couplings: list[Coupling] = field(default_factory=list)
+    waivers: list[Waiver] = field(default_factory=list)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__
+
+
+class _Reader:
+    """Checks and converts values, recording problems with their lines."""
+
+    def __init__(self, file: str, lines: Lines, prefix: KeyPath) -> None:
+        self.file = file
+        self.lines = lines
+        self.prefix = prefix
+        self.problems: list[PolicyProblem] = []
+
+    def line(self, path: KeyPath) -> int:
+        return self.lines.of((*self.prefix, *path))
+
+    def origin(self, path: KeyPath) -> Origin:
+        return Origin(self.file, self.line(path))
+
+    def problem(self, path: KeyPath, message: str) -> None:
+        self.problems.append(PolicyProblem(self.file, self.line(path), message))
+
+    @staticmethod
+    def dotted(path: KeyPath) -> str:
+        out = ""
+        for part in path:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        return out
+
+    # -- structure -------------------------------------------------------------------
+    def table(self, value: object, path: KeyPath, allowed: Iterable[str],
+              required: Iterable[str] = ()) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.problem(path, f"{self.dotted(path)}: expected a table, got {value!r}")
+            return None
+        allowed = tuple(allowed)
+        for key in value:
+            if key not in allowed:
+                self.problem(
+                    (*path, key),
+                    f"{self.dotted(path) or 'top level'}: unknown key {key!r} "
+                    f"(expected one of: {', '.join(allowed)})",
+                )
+        for key in required:
+            if key not in value:
+                self.problem(path, f"{self.dotted(path)}: missing required key {key!r}")
+        return value
+
+    def entries(self, data: dict[str, Any], key: str) -> list[tuple[KeyPath, Any]]:
+        value = data.get(key, [])
+        if isinstance(value, dict):  # a single [key] table is accepted as one entry
+            return [((key,), value)]
+        if not isinstance(value, list):
+            self.problem((key,), f"{key}: expected an array of tables ([[{key}]]), got {value!r}")
+            return []
+        return [((key, i), item) for i, item in enumerate(value)]
+
+    # -- scalars ---------------------------------------------------------------------
+    def string(self, data: dict[str, Any], path: KeyPath, key: str,
+               default: str | None = None) -> str | None:
+        value = data.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, str):
+            self.problem((*path, key), f"{self.dotted((*path, key))}: expected a string, "
+                         f"got {_type_name(value)} {value!r}")
+            return default
+        return value
+
+    def boolean(self, data: dict[str, Any], path: KeyPath, key: str) -> bool | None:
+        value = data.get(key, _MISSING)
+        if value is _MISSING:
+            return None
+        if not isinstance(value, bool):
+            self.problem((*path, key), f"{self.dotted((*path, key))}: expected true or false, "
+                         f"got {_type_name(value)} {value!r}")
+            return None
+        return value
+
+    def strings(self, data: dict[str, Any], path: KeyPath, key: str) -> tuple[str, ...] | None:
+        value = data.get(key, _MISSING)
+        if value is _MISSING:
+            return None
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        self.problem((*path, key), f"{self.dotted((*path, key))}: expected a string or an array "
+                     f"of strings, got {value!r}")
+        return None
+
+    def name(self, raw: str, path: KeyPath) -> NormalizedName | None:
+        try:
+            return canonicalize_name(raw, validate=True)
+        except InvalidName:
+            self.problem(path, f"{self.dotted(path)}: invalid package name {raw!r}")
+            return None
+
+    def names(self, data: dict[str, Any], path: KeyPath,
+              key: str) -> frozenset[NormalizedName] | None:
+        raw = self.strings(data, path, key)
+        if raw is None:
+            return None
+        out = [self.name(r, (*path, key)) for r in raw]
+        return frozenset(n for n in out if n is not None)
+
+    def severity(self, data: dict[str, Any], path: KeyPath) -> Severity | None:
+        raw = self.string(data, path, "severity")
+        if raw is None:
+            return None
+        if raw not in _SEVERITIES:
+            self.problem((*path, "severity"), f"{self.dotted((*path, 'severity'))}: invalid "
+                         f"severity {raw!r} (expected one of: {', '.join(_SEVERITIES)})")
+            return None
+        return Severity(raw)
+
+    def specifier(self, data: dict[str, Any], path: KeyPath, key: str) -> SpecifierSet | None:
+        raw = self.string(data, path, key)
+        if raw is None:
+            return None
+        return self.parse_specifier(raw.strip(), (*path, key))
+
+    def parse_specifier(self, raw: str, path: KeyPath) -> SpecifierSet | None:
+        try:
+            if raw[:1].isdigit():
+                return SpecifierSet(f"=={Version(raw)}")
+            spec = SpecifierSet(raw)
+        except (InvalidSpecifier, InvalidVersion):
+            spec = None
+        if spec is None or not raw:
+            self.problem(path, f"{self.dotted(path)}: invalid version or specifier {raw!r}")
+            return None
+        return spec
+
+    def marker(self, data: dict[str, Any], path: KeyPath) -> Marker | None:
+        raw = self.string(data, path, "marker")
+        if raw is None:
+            return None
+        try:
+            return Marker(raw)
+        except InvalidMarker:
+            self.problem((*path, "marker"), f"{self.dotted((*path, 'marker'))}: invalid marker "
+                         f"{raw!r}")
+            return None
+
+    def scope_fields(self, data: dict[str, Any], path: KeyPath) -> dict[str, Any]:
+        """The scope keys present in ``data``, converted (absent keys are left out)."""
+        out: dict[str, Any] = {}
+        for key in ("environments", "targets"):
+            value = self.strings(data, path, key)
+            if value is not None:
+                out[key] = value
+        platforms = self.strings(data, path, "platforms")
+        if platforms is not None:
+            for p in platforms:
+                parts = p.split("/")
+                if not 2 <= len(parts) <= 3 or not all(parts):
+                    self.problem((*path, "platforms"), f"{self.dotted((*path, 'platforms'))}: "
+                                 f"invalid platform {p!r} (expected os/arch[/variant])")
+            out["platforms"] = platforms
+        if "marker" in data:
+            out["marker"] = self.marker(data, path)
+        return out
+
+    def scope(self, data: dict[str, Any], path: KeyPath) -> Scope:
+        return Scope(**self.scope_fields(data, path))
+
+
+def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[PolicyProblem]]:
+    """Parse one file's text into a layer; ``prefix`` None means pinguard.toml syntax."""
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        return _Layer(file), [PolicyProblem(file, exc.line, f"invalid TOML: {exc}")]
+    lines = locate_lines(text)
+    reader = _Reader(file, lines, prefix or ())
+    data: Any = doc
+    for part in prefix or ():
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    layer = _Layer(file)
+    top = reader.table(data, (), _TOP_KEYS)
+    if top is None:
+        return layer, reader.problems
+    reader.string(top, (), "name")
+    reader.string(top, (), "description")
+    for ref in reader.strings(top, (), "extend") or ():
+        layer.extends.append((Path(ref), reader.line(("extend",))))
+
+    rules = top.get("rules", {})
+    if reader.table(rules, ("rules",), CONFIGURABLE_RULES) is not None:
+        for rule_id, body in rules.items():
+            if rule_id not in RULES or not RULES[rule_id].configurable:
+                continue
+            path: KeyPath = ("rules", rule_id)
+            allowed = _RULE_KEYS + _RULE_EXTRA.get(rule_id, ())
+            if reader.table(body, path, allowed) is None:
+                continue
+            fields: dict[str, Any] = {}
+            sev = reader.severity(body, path)
+            if sev is not None:
+                fields["severity"] = sev
+            enabled = reader.boolean(body, path, "enabled")
+            if enabled is not None:
+                fields["enabled"] = enabled
+            fields.update(reader.scope_fields(body, path))
+            for key in _RULE_EXTRA.get(rule_id, ()):
+                names = reader.names(body, path, key)
+                if names is not None:
+                    fields[key] = names
+            layer.rules[rule_id] = (fields, reader.origin(path))
+
+    for path, body in reader.entries(top, "pin"):
+        if reader.table(body, path, _PIN_KEYS, ("package", "version")) is None:
+            continue
+        name = reader.string(body, path, "package")
+        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        spec = reader.specifier(body, path, "version")
+        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        reason = reader.string(body, path, "reason", "") or ""
+        link = reader.string(body, path, "link", "") or ""
+        if pkg is not None and spec is not None:
+            layer.pins.append(Pin(pkg, spec, reason, link, sev, scope, reader.origin(path)))
+
+    for path, body in reader.entries(top, "forbidden"):
+        if reader.table(body, path, _PIN_KEYS, ("package", "version", "reason")) is None:
+            continue
+        name = reader.string(body, path, "package")
+        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        spec = reader.specifier(body, path, "version")
+        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        why = reader.string(body, path, "reason")
+        link = reader.string(body, path, "link", "") or ""
+        if pkg is not None and spec is not None and why is not None:
+            layer.forbidden.append(
+                Forbidden(pkg, spec, why, link, sev, scope, reader.origin(path))
+            )
+
+    for path, body in reader.entries(top, "coupling"):
+        if reader.table(body, path, _COUPLING_KEYS, ("package", "version", "requires")) is None:
+            continue
+        name = reader.string(body, path, "package")
+        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        spec = reader.specifier(body, path, "version")
+        raw_req = reader.string(body, path, "requires")
+        req: Requirement | None = None
+        if raw_req is not None:
+            try:
+                req = Requirement(raw_req)
+                if req.url or req.marker or req.extras:
+                    raise InvalidRequirement("only a name and a version range are allowed")
+            except InvalidRequirement:
+                reader.problem((*path, "requires"), f"{reader.dotted((*path, 'requires'))}: "
+                               f"invalid requirement {raw_req!r} (expected 'name<range>')")
+                req = None
+        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        reason = reader.string(body, path, "reason", "") or ""
+        link = reader.string(body, path, "link", "") or ""
+        if pkg is not None and spec is not None and req is not None:
+            layer.couplings.append(Coupling(
+                pkg, spec, canonicalize_name(req.name), req.specifier, reason, link, sev, scope,
+                reader.origin(path),
+            ))
+
+    for path, body in reader.entries(top, "waiver"):
+        if reader.table(body, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires")) is None:
+            continue
+        name = reader.string(body, path, "package")
+        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        rule = reader.string(body, path, "rule")
+        if rule is not None and (rule not in RULES or not RULES[rule].configurable):
+            reader.problem((*path, "rule"), f"{reader.dotted((*path, 'rule'))}: unknown rule "
+                           f"{rule!r} (expected one of: {', '.join(CONFIGURABLE_RULES)})")
+            rule = None
+        why = reader.string(body, path, "reason")
+        if why is not None and not why.strip():
+            reader.problem((*path, "reason"), f"{reader.dotted((*path, 'reason'))}: a waiver "
+                           f"needs a reason, got {why!r}")
+        expires = body.get("expires")
+        if isinstance(expires, str):
+            with contextlib.suppress(ValueError):
+                expires = _dt.date.fromisoformat(expires)
+        if isinstance(expires, _dt.datetime):
+            expires = expires.date()
+        if "expires" in body and not isinstance(expires, _dt.date):
+            reader.problem((*path, "expires"), f"{reader.dotted((*path, 'expires'))}: expected "
+                           f"a date such as 2026-03-31, got {body['expires']!r}")
+            expires = None
+        envs = reader.strings(body, path, "environments") or ()
+        if pkg is not None and rule is not None and why and isinstance(expires, _dt.date):
+            layer.waivers.append(Waiver(pkg, rule, why, expires, envs, reader.origin(path)))
+    return layer, reader.problems
+
+
+def _read(path: Path) -> tuple[str, KeyPath | None]:
+    text = path.read_text(encoding="utf-8")
+    return text, (PYPROJECT_PREFIX if path.name == "pyproject.toml" else None)
+
+
+def _collect(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[_Layer], list[PolicyProblem]]:
+    """Load ``paths`` and everything they extend, depth first, each file once."""
+    layers: list[_Layer] = []
+    problems: list[PolicyProblem] = []
+    done: set[Path] = set()
+
+    def visit(path: Path, stack: tuple[Path, ...], where: tuple[str, int] | None) -> None:
+        real = path.resolve()
+        if real in stack:
+            chain = " -> ".join(str(p) for p in (*stack[stack.index(real):], real))
+            file, line = where or (str(path), 1)
+            problems.append(PolicyProblem(file, line, f"extend: cycle {chain!r}"))
+            return
+        if real in done:
+            return
+        try:
+            text, prefix = _read(path)
+        except OSError as exc:
+            file, line = where or (str(path), 1)
+            what = f"extend: cannot read {str(path)!r}" if where else f"cannot read {str(path)!r}"
+            problems.append(PolicyProblem(file, line, f"{what}: {exc.strerror or exc}"))
+            return
+        except UnicodeDecodeError:
+            problems.append(PolicyProblem(str(path), 1, "not UTF-8 text"))
+            return
+        layer, found = _parse(str(path), text, prefix)
+        problems.extend(found)
+        for ref, line in layer.extends:
+            target = ref if ref.is_absolute() else path.parent / ref
+            visit(target, (*stack, real), (str(path), line))
+        done.add(real)
+        layers.append(layer)
+
+    for p in paths:
+        visit(Path(p), (), None)
+    return layers, problems
+
+
+def _fold(layers: Iterable[_Layer]) -> Policy:
+    rules = {cfg.rule: cfg for cfg in default_rules()}
+    pins: list[Pin] = []
+    forbidden: list[Forbidden] = []
+    couplings: list[Coupling] = []
+    waivers: list[Waiver] = []
+    files: list[str] = []
+    for layer in layers:
+        files.append(layer.file)
+        for rule_id, (fields, origin) in layer.rules.items():
+            cfg = rules[rule_id]
+            scope_changes = {k: fields.pop(k) for k in _SCOPE_KEYS if k in fields}
+            scope = dataclasses.replace(cfg.scope, **scope_changes)
+            rules[rule_id] = dataclasses.replace(cfg, **fields, scope=scope, origin=origin)
+        pins.extend(layer.pins)
+        forbidden.extend(layer.forbidden)
+        couplings.extend(layer.couplings)
+        waivers.extend(layer.waivers)
+    return Policy(
+        rules=tuple(rules[r] for r in CONFIGURABLE_RULES),
+        pins=tuple(pins),
+        forbidden=tuple(forbidden),
+        couplings=tuple(couplings),
+        waivers=tuple(waivers),
+        files=tuple(files),
+    )
+
+
+def check_policy_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[PolicyProblem, ...]:
+    """Every problem in ``paths`` and the files they extend (empty: all valid)."""
+    return tuple(_collect(paths)[1])
+
+
+def load_policy(*paths: str | os.PathLike[str]) -> Policy:
+    """Load, validate and merge policy files in order (none: the built-in default).
+
+    Raises ``PolicyError`` (a ``ConfigError``) listing every problem with file and line.
+    """
+    layers, problems = _collect(paths)
+    if problems:
+        raise PolicyError(problems)
+    return _fold(layers)
+
+
+def parse_policy(text: str, file: str = "<string>") -> Policy:
+    """Parse policy TOML from a string (``extend`` is not allowed here)."""
+    layer, problems = _parse(file, text, None)
+    if layer.extends:
+        problems.append(PolicyProblem(file, layer.extends[0][1], "extend: not allowed here"))
+    if problems:
+        raise PolicyError(problems)
+    return _fold([layer])
+
+
+def _has_tool_table(path: Path) -> bool:
+    try:
+        doc = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
+    except (OSError, UnicodeDecodeError, tomlkit.exceptions.ParseError):
+        return False
+    tool = doc.get("tool")
+    return isinstance(tool, dict) and "pinguard" in tool
+
+
+def discover(start: str | os.PathLike[str] | None = None) -> Path | None:
+    """The nearest ``pinguard.toml``, or ``pyproject.toml`` with ``[tool.pinguard]``.
+
+    Looks in ``start`` (default: the current directory) and then each parent; in one
+    directory ``pinguard.toml`` wins over ``pyproject.toml``. None when nothing is found.
+    """
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "pinguard.toml"
+        if candidate.is_file():
+            return candidate
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file() and _has_tool_table(candidate):
+            return candidate
+    return None

@@ -1,0 +1,361 @@
+"""The rules: each a small function from audit facts (and policy entries) to hits.
+
+A rule function reads an ``AuditResult`` through ``Facts`` (which adds a platform, the
+``--target`` values and an index telling which step installed each version) and yields
+``Hit``s: what was found, where, and which packages are involved. Rules know nothing of
+severity defaults, rule-level scope or waivers; ``engine.evaluate`` applies those and turns
+hits into ``Finding``s. Entry-level scope (a ``[[pin]]`` limited to ``linux/arm64``, say) is
+checked here, because only the rule knows which entry produced a hit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+
+from pinguard.models import (
+    AuditResult,
+    ChangeKind,
+    Distribution,
+    Environment,
+    Platform,
+    Severity,
+)
+from pinguard.policy.model import Coupling, Forbidden, Origin, Pin, RuleConfig, Scope
+
+_SHOWN_PATHS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One thing a rule found, before severity, scope and waivers are applied."""
+
+    rule: str
+    message: str
+    package: str | None = None
+    environment: str | None = None
+    step: int | None = None
+    versions: tuple[str, ...] = ()
+    packages: frozenset[str] = frozenset()  # every package a waiver may name to cover this
+    severity: Severity | None = None  # an entry's own severity, overriding the rule's
+    origin: Origin | None = None  # the entry that produced it; None: the rule's table
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """The audit result plus what rules need to judge it."""
+
+    result: AuditResult
+    targets: tuple[str, ...] = ()
+    # (environment, name, raw version) -> index of the last step that installed it
+    installed_by: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, result: AuditResult, targets: Iterable[str] = ()) -> Facts:
+        index: dict[tuple[str, str, str], int] = {}
+        for step in result.steps:
+            for change in step.changes:
+                if change.after is not None and change.kind is not ChangeKind.REMOVED:
+                    index[(change.environment, change.name, change.after)] = step.index
+        return cls(result, tuple(targets), index)
+
+    @property
+    def platform(self) -> Platform | None:
+        return self.result.image.platform
+
+    @property
+    def environments(self) -> tuple[Environment, ...]:
+        return self.result.final.environments
+
+    def environment(self, path: str | None) -> Environment | None:
+        return None if path is None else self.result.final.environment(path)
+
+    def step_of(self, env: str, *dists: Distribution) -> int | None:
+        """The step that installed the latest of ``dists`` (None when no step says)."""
+        steps = [self.installed_by.get((env, d.name, d.raw_version)) for d in dists]
+        known = [s for s in steps if s is not None]
+        return max(known) if known else None
+
+    def in_scope(self, scope: Scope, env: Environment) -> bool:
+        return scope.matches_run(self.platform, self.targets) and scope.matches_environment(
+            env.path, env, self.platform
+        )
+
+
+def _why(reason: str, link: str) -> str:
+    parts = [p for p in (reason, link) if p]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def pin_violation(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
+    """Installed versions outside a pin; a version that is not PEP 440 cannot satisfy one."""
+    pins = tuple(pins)
+    for env in facts.environments:
+        for dist in env.distributions:
+            for pin in pins:
+                if pin.package != dist.name or not facts.in_scope(pin.scope, env):
+                    continue
+                version = dist.version
+                if version is not None and pin.specifier.contains(version, prereleases=True):
+                    continue
+                what = "is not a PEP 440 version, so it cannot" if version is None else "does not"
+                yield Hit(
+                    "pin-violation",
+                    f"{dist.name} {dist.raw_version} {what} satisfy the pin "
+                    f"{dist.name}{pin.specifier}{_why(pin.reason, pin.link)}",
+                    dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
+                    frozenset({dist.name}), pin.severity, pin.origin,
+                )
+
+
+def forbidden_version(facts: Facts, forbidden: Iterable[Forbidden]) -> Iterator[Hit]:
+    """Installed versions that a ``[[forbidden]]`` entry names."""
+    forbidden = tuple(forbidden)
+    for env in facts.environments:
+        for dist in env.distributions:
+            version = dist.version
+            if version is None:
+                continue
+            for entry in forbidden:
+                if entry.package != dist.name or not facts.in_scope(entry.scope, env):
+                    continue
+                if not entry.specifier.contains(version, prereleases=True):
+                    continue
+                yield Hit(
+                    "forbidden-version",
+                    f"{dist.name} {dist.raw_version} is forbidden ({dist.name}{entry.specifier}): "
+                    f"{entry.reason}" + (f" [{entry.link}]" if entry.link else ""),
+                    dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
+                    frozenset({dist.name}), entry.severity, entry.origin,
+                )
+
+
+def downgrade(facts: Facts, config: RuleConfig) -> Iterator[Hit]:
+    """Every change a step made that moved a distribution to an older version."""
+    for step in facts.result.steps:
+        for change in step.changes:
+            if change.kind is not ChangeKind.DOWNGRADED:
+                continue
+            if change.name in config.allow:
+                continue
+            if config.packages and change.name not in config.packages:
+                continue
+            causes = "; ".join(
+                f"{c.package} {c.version} requires {c.requirement}" for c in change.causes
+            )
+            yield Hit(
+                "downgrade",
+                f"step {step.index} moved {change.name} back from {change.before} to "
+                f"{change.after}" + (f" ({causes})" if causes else ""),
+                change.name, change.environment, step.index,
+                tuple(v for v in (change.before, change.after) if v is not None),
+                frozenset({change.name, *(c.package for c in change.causes)}),
+            )
+
+
+def unpinned_prerelease(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
+    """Pre-release and dev (nightly) versions that no in-scope pin names exactly."""
+    pins = tuple(pins)
+    for env in facts.environments:
+        for dist in env.distributions:
+            version = dist.version
+            if version is None or not version.is_prerelease:
+                continue
+            if any(
+                p.package == dist.name and facts.in_scope(p.scope, env) and p.exact(version)
+                for p in pins
+            ):
+                continue
+            kind = "nightly (dev release)" if version.is_devrelease else "pre-release"
+            yield Hit(
+                "unpinned-prerelease",
+                f"{dist.name} {dist.raw_version} is a {kind} and no [[pin]] names that exact "
+                f"version",
+                dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
+                frozenset({dist.name}),
+            )
+
+
+def coupling(facts: Facts, couplings: Iterable[Coupling]) -> Iterator[Hit]:
+    """Partners of a coupling that are missing or outside their range while A is in its."""
+    couplings = tuple(couplings)
+    for env in facts.environments:
+        names = env.by_name()
+        for entry in couplings:
+            a = names.get(entry.package)
+            if a is None or a.version is None or not facts.in_scope(entry.scope, env):
+                continue
+            if not entry.specifier.contains(a.version, prereleases=True):
+                continue
+            b = names.get(entry.requires)
+            if b is not None and b.version is not None and entry.requires_specifier.contains(
+                b.version, prereleases=True
+            ):
+                continue
+            have = "is not installed" if b is None else f"is {b.raw_version}"
+            yield Hit(
+                "coupling",
+                f"{a.name} {a.raw_version} (in {entry.specifier}) needs "
+                f"{entry.requires}{entry.requires_specifier}, but {entry.requires} {have}"
+                + _why(entry.reason, entry.link),
+                entry.requires, env.path,
+                facts.step_of(env.path, a, *((b,) if b is not None else ())),
+                (a.raw_version, *((b.raw_version,) if b is not None else ())),
+                frozenset({a.name, entry.requires}), entry.severity, entry.origin,
+            )
+
+
+def _still_unmet(env: Environment | None, package: str, version: str, requirement: str,
+                 installed: str | None) -> bool:
+    """Whether an unmet requirement seen after some step still holds in the final state."""
+    if env is None:
+        return False
+    names = env.by_name()
+    requirer = names.get(canonicalize_name(package))
+    if requirer is None or requirer.raw_version != version:
+        return False
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement:
+        return True  # cannot tell: keep it
+    target = names.get(canonicalize_name(req.name))
+    now = target.raw_version if target is not None else None
+    if now == installed:
+        return True  # nothing changed since the audit judged it unmet
+    if target is None or target.version is None:
+        return True
+    return not req.specifier.contains(target.version, prereleases=True)
+
+
+def unmet_requirement(facts: Facts) -> Iterator[Hit]:
+    """Requirements that some step left unmet and that are still unmet at the end."""
+    first: dict[tuple[str, str, str, str], int] = {}
+    latest: dict[tuple[str, str, str, str], str | None] = {}
+    for step in facts.result.steps:
+        for u in step.unmet:
+            seen: tuple[str, str, str, str] = (u.environment, u.package, u.version, u.requirement)
+            first.setdefault(seen, step.index)
+            latest[seen] = u.installed
+    for key, step_index in first.items():
+        env_path, package, version, requirement = key
+        installed = latest[key]
+        env = facts.environment(env_path)
+        if not _still_unmet(env, package, version, requirement, installed):
+            continue
+        try:
+            required: str = canonicalize_name(Requirement(requirement).name)
+        except InvalidRequirement:
+            required = package
+        names = env.by_name() if env is not None else {}
+        now = names.get(NormalizedName(required))
+        have = "it is not installed" if now is None else f"{now.raw_version} is installed"
+        yield Hit(
+            "unmet-requirement",
+            f"{package} {version} requires {requirement}, but {have}",
+            required, env_path, step_index,
+            tuple(v for v in (version, None if now is None else now.raw_version) if v),
+            frozenset({package, required}),
+        )
+
+
+def _split(digest: str) -> tuple[str, str]:
+    algo, _, value = digest.partition("=")
+    return algo.lower(), value.rstrip("=")
+
+
+def file_collision(facts: Facts) -> Iterator[Hit]:
+    """Pairs of distributions in one environment whose RECORDs give one path two hashes."""
+    for env in facts.environments:
+        claims: dict[str, list[tuple[Distribution, str]]] = defaultdict(list)
+        for dist in env.distributions:
+            for path, digest in dist.record:
+                if digest:
+                    claims[path].append((dist, digest))
+        pairs: dict[tuple[str, str], list[str]] = defaultdict(list)
+        dists: dict[str, Distribution] = {}
+        for path, owners in claims.items():
+            for i, (a, ha) in enumerate(owners):
+                for b, hb in owners[i + 1 :]:
+                    if a.name == b.name or _split(ha) == _split(hb):
+                        continue  # same name: duplicate-distribution's business
+                    first, second = sorted((a, b), key=lambda d: (d.name, d.metadata_path))
+                    dists[first.metadata_path], dists[second.metadata_path] = first, second
+                    pairs[(first.metadata_path, second.metadata_path)].append(path)
+        for (pa, pb), claimed in sorted(pairs.items()):
+            a, b = dists[pa], dists[pb]
+            paths = sorted(claimed)
+            shown = ", ".join(paths[:_SHOWN_PATHS])
+            more = f" and {len(paths) - _SHOWN_PATHS} more" if len(paths) > _SHOWN_PATHS else ""
+            yield Hit(
+                "file-collision",
+                f"{a.name} {a.raw_version} and {b.name} {b.raw_version} both install "
+                f"{len(paths)} file(s) with different content: {shown}{more}; install order "
+                f"decides which one wins",
+                a.name, env.path, facts.step_of(env.path, a, b), (a.raw_version, b.raw_version),
+                frozenset({a.name, b.name}),
+            )
+
+
+def record_mismatch(facts: Facts, file_digests: Mapping[str, Mapping[str, str]]) -> Iterator[Hit]:
+    """Files whose actual digest differs from their RECORD, or that are gone.
+
+    ``file_digests`` maps an environment path to ``{absolute file path: "sha256=<urlsafe
+    base64, no padding>"}``; environments absent from it are not checked, and RECORD hashes
+    of another algorithm than the one supplied are skipped.
+    """
+    for env in facts.environments:
+        actual = file_digests.get(env.path)
+        if actual is None:
+            continue
+        for dist in env.distributions:
+            changed: list[str] = []
+            missing: list[str] = []
+            for path, digest in dist.record:
+                if not digest:
+                    continue
+                have = actual.get(path)
+                if have is None:
+                    missing.append(path)
+                    continue
+                want_algo, want = _split(digest)
+                have_algo, got = _split(have)
+                if want_algo == have_algo and want != got:
+                    changed.append(path)
+            if not changed and not missing:
+                continue
+            parts = []
+            if changed:
+                parts.append(f"{len(changed)} changed ({', '.join(sorted(changed)[:_SHOWN_PATHS])}"
+                             + (", ..." if len(changed) > _SHOWN_PATHS else "") + ")")
+            if missing:
+                parts.append(f"{len(missing)} missing ({', '.join(sorted(missing)[:_SHOWN_PATHS])}"
+                             + (", ..." if len(missing) > _SHOWN_PATHS else "") + ")")
+            yield Hit(
+                "record-mismatch",
+                f"{dist.name} {dist.raw_version}: files differ from RECORD: {'; '.join(parts)}",
+                dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
+                frozenset({dist.name}),
+            )
+
+
+def duplicate_distribution(facts: Facts) -> Iterator[Hit]:
+    """Names with more than one metadata directory in one environment."""
+    for env in facts.environments:
+        groups: dict[str, list[Distribution]] = defaultdict(list)
+        for dist in env.distributions:
+            groups[dist.name].append(dist)
+        for name, dists in sorted(groups.items()):
+            if len(dists) < 2:
+                continue
+            dists.sort(key=lambda d: d.metadata_path)
+            yield Hit(
+                "duplicate-distribution",
+                f"{name} is installed {len(dists)} times: "
+                + ", ".join(f"{d.raw_version} ({d.metadata_path})" for d in dists),
+                name, env.path, facts.step_of(env.path, *dists),
+                tuple(d.raw_version for d in dists), frozenset({name}),
+            )
