@@ -367,7 +367,9 @@ class SimpleIndex:
                 except ValueError:
                     actual = expected
                 if actual != expected:
-                    raise IndexFetchError(f"metadata {file.metadata_url!r} does not match its {algo}")
+                    raise IndexFetchError(
+                        f"metadata {file.metadata_url!r} does not match its {algo}"
+                    )
         else:
             raise IndexFetchError(
                 f"{file.filename!r} has no PEP 658 metadata on the index; "
@@ -377,9 +379,7 @@ class SimpleIndex:
         self._metadata[key] = meta
         return meta
 
-    def best_file(
-        self, name: str, version: Version, target: TargetEnvironment
-    ) -> IndexFile | None:
+    def best_file(self, name: str, version: Version, target: TargetEnvironment) -> IndexFile | None:
         """The file of ``name==version`` whose metadata is most likely to apply to ``target``:
         a compatible wheel with metadata, else any wheel with metadata, else any wheel."""
         files = [f for f in self.files(name) if f.version == version and f.is_wheel]
@@ -531,8 +531,11 @@ def _wheel_fits(filename: str, target: TargetEnvironment) -> int:
         for t in parse_tag(str(tag)):
             if t.platform == "any":
                 best = max(best, 1)
-            elif machine and machine in t.platform and "linux" in t.platform and (
-                not mm or t.interpreter.endswith(mm) or t.abi == "abi3"
+            elif (
+                machine
+                and machine in t.platform
+                and "linux" in t.platform
+                and (not mm or t.interpreter.endswith(mm) or t.abi == "abi3")
             ):
                 best = 2
     return best

@@ -1,0 +1,259 @@
+"""Resolver adapters: prove whether constraints can hold, and say why not when they cannot.
+
+:func:`verify_constraints` runs a real resolver (uv by default, pip-tools on request) with a
+step's own requirements plus a constraints set, for the image's Python and platform, against
+the indexes the user names. On success it returns the resolved pins. On failure it explains
+the refusal as a chain (:mod:`pinguard.resolve.explain`), looks up on the index (PEP 691/503
+pages and PEP 658 metadata, :mod:`pinguard.resolve.index`) the newest versions of the
+culprit whose metadata agrees with the pins and proves each with the resolver, and works out
+the override that would force the pins through, naming the requirements left unmet. Nothing
+here prints; the CLI renders the :class:`Verification`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import NormalizedName, canonicalize_name
+
+from pinguard.errors import ResolveError
+from pinguard.resolve import pip_tools
+from pinguard.resolve import uv as uv_adapter
+from pinguard.resolve.command import InstallCommand, parse_command_line, parse_install_commands
+from pinguard.resolve.explain import Explanation, Link, explain_failure
+from pinguard.resolve.index import (
+    IndexFetchError,
+    SimpleIndex,
+    TargetEnvironment,
+)
+from pinguard.resolve.uv import CompileResult, IndexOptions
+
+RESOLVERS = ("uv", "pip-tools")
+
+__all__ = [
+    "RESOLVERS",
+    "Alternative",
+    "CompileResult",
+    "Explanation",
+    "IndexOptions",
+    "InstallCommand",
+    "Link",
+    "OverrideOption",
+    "SimpleIndex",
+    "TargetEnvironment",
+    "Verification",
+    "compile_requirements",
+    "constraint_map",
+    "parse_command_line",
+    "parse_install_commands",
+    "verify_constraints",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """A version of the culprit whose metadata agrees with the pins."""
+
+    package: NormalizedName
+    version: str
+    requires_dist: tuple[str, ...]
+    verified: bool | None  # the resolver accepted it with the constraints (None: not tried)
+
+
+@dataclass(frozen=True, slots=True)
+class OverrideOption:
+    """Forcing the pins with overrides: which lines, and which requirements stay unmet."""
+
+    overrides: tuple[str, ...]
+    unmet: tuple[Link, ...]
+    satisfiable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The verdict of one resolver run over a step's requirements plus constraints."""
+
+    satisfiable: bool
+    resolver: str
+    requirements: tuple[str, ...]
+    pins: tuple[tuple[NormalizedName, str], ...] = ()
+    explanation: Explanation | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    override: OverrideOption | None = None
+    output: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def constraint_map(lines: Sequence[str]) -> dict[NormalizedName, SpecifierSet]:
+    """``name -> specifier`` for constraint lines (comments, options and blanks ignored)."""
+    out: dict[NormalizedName, SpecifierSet] = {}
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        out[name] = out[name] & req.specifier if name in out else req.specifier
+    return out
+
+
+def compile_requirements(
+    requirements: Sequence[str],
+    constraints: Sequence[str] = (),
+    *,
+    index: IndexOptions,
+    target: TargetEnvironment,
+    resolver: str = "uv",
+    overrides: Sequence[str] = (),
+) -> CompileResult:
+    """Run the chosen resolver once."""
+    if resolver == "uv":
+        return uv_adapter.compile_requirements(
+            requirements, constraints, index=index, target=target, overrides=overrides
+        )
+    if resolver == "pip-tools":
+        if overrides:
+            raise ResolveError("pip-tools has no overrides; use --resolver uv")
+        return pip_tools.compile_requirements(requirements, constraints, index=index, target=target)
+    raise ResolveError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
+
+
+def _replace(requirements: Sequence[str], name: NormalizedName, line: str) -> list[str]:
+    out: list[str] = []
+    for raw in requirements:
+        try:
+            same = canonicalize_name(Requirement(raw).name) == name
+        except InvalidRequirement:
+            same = False
+        out.append(line if same else raw)
+    if line not in out:
+        out.append(line)
+    return out
+
+
+def verify_constraints(
+    requirements: Sequence[str],
+    constraints: Sequence[str],
+    *,
+    index: IndexOptions,
+    target: TargetEnvironment,
+    resolver: str = "uv",
+    index_client: SimpleIndex | None = None,
+    alternatives: int = 3,
+    max_overrides: int = 4,
+) -> Verification:
+    """Say whether ``requirements`` can be installed under ``constraints``, and if not why,
+    what newer culprit versions would fit, and what an override would leave unmet."""
+    notes: list[str] = []
+    if resolver == "pip-tools":
+        mismatch = pip_tools.host_mismatch(target)
+        if mismatch:
+            notes.append(mismatch)
+    result = compile_requirements(
+        requirements, constraints, index=index, target=target, resolver=resolver
+    )
+    if result.ok:
+        return Verification(
+            True, resolver, tuple(requirements), result.pins, output=result.output,
+            notes=tuple(notes),
+        )  # fmt: skip
+    pins = constraint_map(constraints)
+    client = index_client
+    if client is None and (index.index_urls or index.find_links):
+        client = SimpleIndex(index.index_urls, index.find_links)
+    explanation = explain_failure(
+        result.output, requirements, pins, resolver=resolver, index=client, target=target
+    )
+    if explanation is None:
+        notes.append("the resolver's explanation could not be turned into a chain")
+        return Verification(
+            False, resolver, tuple(requirements), output=result.output, notes=tuple(notes)
+        )
+
+    found: list[Alternative] = []
+    if client is not None and alternatives > 0:
+        culprit = explanation.culprit
+        others = {k: v for k, v in pins.items() if k != culprit}
+        try:
+            candidates = client.candidates(
+                culprit, others, target, prereleases=True, limit=alternatives
+            )
+        except IndexFetchError as exc:
+            notes.append(f"could not look up alternatives for {culprit}: {exc}")
+            candidates = ()
+        for cand in candidates:
+            line = f"{culprit}=={cand.version}"
+            trial = compile_requirements(
+                _replace(requirements, culprit, line),
+                [c for c in constraints if canonicalize_name(_name(c)) != culprit],
+                index=index,
+                target=target,
+                resolver=resolver,
+            )
+            found.append(Alternative(culprit, str(cand.version), cand.requires_dist, trial.ok))
+        rejected = [a for a in found if a.verified is False]
+        if rejected:
+            notes.append(
+                "the resolver rejected "
+                + ", ".join(f"{a.package}=={a.version}" for a in rejected)
+                + " deeper in the dependency tree"
+            )
+        found = [a for a in found if a.verified is not False]
+
+    override = None
+    if resolver == "uv":
+        override = _override(
+            requirements, constraints, pins, explanation,
+            index=index, target=target, client=client, limit=max_overrides,
+        )  # fmt: skip
+    return Verification(
+        satisfiable=False,
+        resolver=resolver,
+        requirements=tuple(requirements),
+        explanation=explanation,
+        alternatives=tuple(found),
+        override=override,
+        output=result.output,
+        notes=tuple(notes),
+    )
+
+
+def _name(line: str) -> str:
+    try:
+        return Requirement(line.split("#", 1)[0].strip()).name
+    except InvalidRequirement:
+        return line
+
+
+def _override(
+    requirements: Sequence[str],
+    constraints: Sequence[str],
+    pins: Mapping[NormalizedName, SpecifierSet],
+    explanation: Explanation,
+    *,
+    index: IndexOptions,
+    target: TargetEnvironment,
+    client: SimpleIndex | None,
+    limit: int,
+) -> OverrideOption:
+    overrides: list[str] = []
+    unmet: list[Link] = []
+    current: Explanation | None = explanation
+    while current is not None and len(overrides) < limit:
+        if current.blocked_by in overrides:
+            break
+        overrides.append(current.blocked_by)
+        unmet.append(current.unmet_if_overridden)
+        trial = uv_adapter.compile_requirements(
+            requirements, constraints, index=index, target=target, overrides=overrides
+        )
+        if trial.ok:
+            return OverrideOption(tuple(overrides), tuple(unmet), True)
+        current = explain_failure(trial.output, requirements, pins, index=client, target=target)
+    return OverrideOption(tuple(overrides), tuple(unmet), False)
