@@ -55,7 +55,15 @@ _DOCKER_REF = re.compile(
 def is_docker_reference(text: str) -> bool:
     """True when ``text`` is a docker reference (``[HOST[:PORT]/]REPO[:TAG][@DIGEST]``)."""
     match = _DOCKER_REF.fullmatch(text)
-    return match is not None and len(match.group("path")) + len(match.group("domain") or "") < 256
+    if match is None:
+        return False
+    domain = match.group("domain")
+    is_host = domain and (
+        "." in domain or ":" in domain or domain == "localhost" or domain[0] == "["
+    )
+    if domain and not is_host and re.fullmatch(_PATH_COMPONENT, domain) is None:
+        return False  # not a host after all (distribution/reference): a lowercase path component
+    return len(match.group("path")) + len(domain or "") < 256
 
 
 def split_transport(reference: str) -> tuple[str | None, str]:

@@ -1,0 +1,1 @@
+"""Tests for pinguard.sources: one module per transport, against real components."""
