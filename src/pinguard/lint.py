@@ -1,0 +1,994 @@
+"""Lint a parsed Dockerfile for pip and uv install steps that let dependencies drift.
+
+`find_installs` walks every RUN instruction of a `Dockerfile` (shell form, exec form with
+``sh -c``, and heredoc scripts run by the shell), splits the shell text into simple commands on
+``&&``, ``||``, ``;``, pipes, ``&``, newlines and subshell parentheses, expands ``$VAR`` with the
+ARG/ENV values in effect plus inline assignments, ``env NAME=...`` and ``export``, and recognises
+``pip install``, ``pip3 install``, ``python -m pip install``, ``python3 -m pip install`` and ``uv
+pip install``. `lint` applies the rules in `RULES` to those commands and returns `LintFinding`
+values (a policy `Finding` plus the Dockerfile location: the physical line of the command and
+the first and last line of its instruction), sorted so two runs give identical output. Policy
+facts come in as plain parameters (the exactly pinned requirements, whether the guard is
+required) so this module does not depend on the policy engine. `render` produces the table,
+json and minimal SARIF 2.1.0 outputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    NormalizedName,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
+from pinguard import __version__
+from pinguard.dockerfile import Dockerfile, Instruction, expand_word
+from pinguard.models import Finding, Severity
+
+__all__ = [
+    "DEFAULT_NIGHTLY_PATTERNS",
+    "RULES",
+    "InstallCommand",
+    "LintFinding",
+    "find_installs",
+    "lint",
+    "render",
+]
+
+LINT_SCHEMA_ID = "pinguard/lint/v1"
+
+RULES: Mapping[str, tuple[Severity, str]] = {
+    "unconstrained-install": (
+        Severity.WARNING,
+        "pip/uv install without a constraints file (-c, PIP_CONSTRAINT, UV_CONSTRAINT)",
+    ),
+    "prerelease-unpinned": (
+        Severity.ERROR,
+        "--pre or a nightly index while a requirement is not pinned exactly with ==",
+    ),
+    "index-shadowing": (
+        Severity.ERROR,
+        "an extra index that can shadow the packages of the main index",
+    ),
+    "no-deps-repin": (
+        Severity.WARNING,
+        "--no-deps re-pins a package without checking what depends on it",
+    ),
+    "upgrade-pinned": (
+        Severity.ERROR,
+        "-U/--upgrade of a package the policy pins",
+    ),
+    "missing-guard": (
+        Severity.ERROR,
+        "an install step not followed by `pinguard guard` (the policy requires it)",
+    ),
+}
+
+# Matched case-insensitively against index and find-links URLs.
+DEFAULT_NIGHTLY_PATTERNS: tuple[str, ...] = (
+    r"nightly",
+    r"(^|[/._-])pre(release)?s?([/._-]|$)",
+    r"(^|[/._-])dev([/._-]|$)",
+    r"(^|[/._-])(preview|snapshot|canary)s?([/._-]|$)",
+    r"test\.pypi\.org",
+)
+
+# Installing only these needs no constraints: they have no dependencies of their own.
+BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "uv"})
+
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
+TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
+RESERVED = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "time"}
+)
+_OPERATORS = (
+    "&&", "||", ";;", "|&", "<<-", "<<<", "<<", ">>", ">&", "<&", ">|", "&>", "<>",
+    "&", "|", ";", "(", ")", "<", ">", "\n",
+)  # fmt: skip
+_SEPARATORS = frozenset({"&&", "||", ";;", "|&", "&", "|", ";", "(", ")", "\n"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PIP = re.compile(r"pip(\d+(\.\d+)*)?")
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+
+
+def _options(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Options that take a value, per tool; everything else is a flag (or carries ``=value``).
+_PIP_VALUE = _options(
+    """-r --requirement -c --constraint -e --editable -t --target --platform --python-version
+    --implementation --abi --root --prefix --src --upgrade-strategy -C --config-settings
+    --global-option --build-option --install-option --no-binary --only-binary --progress-bar
+    --root-user-action --report -i --index-url --extra-index-url -f --find-links --cache-dir
+    --log --log-file --proxy --retries --timeout --exists-action --trusted-host --cert
+    --client-cert --python --group --build-constraint --keyring-provider --use-feature
+    --use-deprecated --resume-retries"""
+)
+_UV_VALUE = _options(
+    """-r --requirement --requirements -c --constraint --constraints --override --overrides -b
+    --build-constraint --build-constraints -e --editable -i --index-url --extra-index-url --index
+    --default-index -f --find-links --index-strategy --keyring-provider -P --upgrade-package
+    --reinstall-package --no-binary --only-binary --no-build-package --no-binary-package -p
+    --python -t --target --prefix --python-version --python-platform --prerelease --resolution
+    --exclude-newer -C --config-setting --config-settings-package --link-mode --cache-dir
+    --directory --project --config-file --color --torch-backend --group --extra
+    --refresh-package --allow-insecure-host --trusted-host --exclude --fork-strategy
+    --no-build-isolation-package --python-preference"""
+)
+_UV_GLOBAL_VALUE = _options(
+    "--cache-dir --directory --project --config-file --color --python-preference"
+)
+_PIP_GLOBAL_VALUE = _options(
+    """--log --log-file --proxy --retries --timeout --exists-action --trusted-host --cert
+    --client-cert --cache-dir --python --keyring-provider --use-feature --use-deprecated
+    --resume-retries"""
+)
+# option spelling -> canonical key
+_CANONICAL = {
+    "-r": "requirement", "--requirement": "requirement", "--requirements": "requirement",
+    "-c": "constraint", "--constraint": "constraint", "--constraints": "constraint",
+    "-e": "editable", "--editable": "editable",
+    "-i": "index-url", "--index-url": "index-url", "--default-index": "index-url",
+    "--extra-index-url": "extra-index", "--index": "extra-index",
+    "-f": "find-links", "--find-links": "find-links",
+    "-U": "upgrade", "--upgrade": "upgrade",
+    "-P": "upgrade-package", "--upgrade-package": "upgrade-package",
+    "--pre": "pre", "--prerelease": "prerelease",
+    "--no-deps": "no-deps", "--require-hashes": "require-hashes",
+    "--index-strategy": "index-strategy",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class InstallCommand:
+    """One ``pip install`` or ``uv pip install`` as it runs, with its Dockerfile location.
+
+    Values set through the environment (``PIP_CONSTRAINT``, ``UV_INDEX_STRATEGY``, ...) are
+    folded into the fields, so a rule need not know where a setting came from.
+    """
+
+    tool: str  # "pip" or "uv"
+    argv: tuple[str, ...]  # the whole command after expansion
+    text: str  # the command as written (continuations joined)
+    line: int  # physical line where the command starts
+    end_line: int
+    instruction_index: int  # index into Dockerfile.instructions
+    position: int  # order of the command among the commands of its RUN
+    requirements: tuple[str, ...] = ()  # positional requirements and -e targets
+    requirement_files: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    pre: bool = False
+    upgrade: bool = False
+    upgrade_packages: tuple[str, ...] = ()
+    no_deps: bool = False
+    require_hashes: bool = False
+    index_strategy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LintFinding:
+    """A lint `Finding` and where it is: the command's lines and its instruction's lines."""
+
+    finding: Finding
+    path: str
+    line: int
+    end_line: int
+    instruction_line: int
+    instruction_end_line: int
+    stage: str  # the stage name, or its index when it has none
+    command: str
+
+    @property
+    def rule(self) -> str:
+        return self.finding.rule
+
+    @property
+    def severity(self) -> Severity:
+        return self.finding.severity
+
+    def sort_key(self) -> tuple[str, int, str, str, str]:
+        return (self.path, self.line, self.rule, self.finding.package or "", self.finding.message)
+
+
+# --- shell text -> simple commands ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    op: bool
+    text: str
+    start: int
+    end: int
+
+
+def _read_word(s: str, i: int) -> int:
+    """Return the end of the shell word starting at ``i``."""
+    n = len(s)
+    while i < n:
+        ch = s[i]
+        if ch in " \t\n;&|()<>":
+            return i
+        if ch == "\\":
+            i += 2
+        elif ch == "'":
+            end = s.find("'", i + 1)
+            i = n if end < 0 else end + 1
+        elif ch == '"':
+            i += 1
+            while i < n and s[i] != '"':
+                i += 2 if s[i] == "\\" else 1
+            i += 1
+        elif ch == "`":
+            end = s.find("`", i + 1)
+            i = n if end < 0 else end + 1
+        elif ch == "$" and i + 1 < n and s[i + 1] in "({":
+            close = ")" if s[i + 1] == "(" else "}"
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if s[i] == close:
+                    depth -= 1
+                elif s[i] == ("(" if close == ")" else "{"):
+                    depth += 1
+                i += 1
+        else:
+            i += 1
+    return min(i, n)
+
+
+def _tokenize(script: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    i, n = 0, len(script)
+    while i < n:
+        ch = script[i]
+        if ch in " \t\r":
+            i += 1
+            continue
+        if script.startswith("\\\n", i):
+            i += 2
+            continue
+        if ch == "#" and (i == 0 or script[i - 1] in " \t\n;&|()"):
+            while i < n and script[i] != "\n":
+                i += 1
+            continue
+        op = next((o for o in _OPERATORS if script.startswith(o, i)), None)
+        if op is not None:
+            tokens.append(_Token(True, op, i, i + len(op)))
+            i += len(op)
+            continue
+        end = _read_word(script, i)
+        tokens.append(_Token(False, script[i:end], i, end))
+        i = end
+    return tokens
+
+
+def _commands(tokens: list[_Token]) -> Iterator[tuple[list[_Token], list[tuple[str, str]]]]:
+    """Yield (words, [(redirect op, target)]) for each simple command."""
+    words: list[_Token] = []
+    redirects: list[tuple[str, str]] = []
+    k = 0
+    while k < len(tokens):
+        tok = tokens[k]
+        if tok.op and tok.text in _SEPARATORS:
+            if words or redirects:
+                yield words, redirects
+            words, redirects = [], []
+        elif tok.op:
+            if words and words[-1].text.isdigit() and words[-1].end == tok.start:
+                words.pop()  # the fd of "2>&1"
+            target = ""
+            if k + 1 < len(tokens) and not tokens[k + 1].op:
+                target = tokens[k + 1].text
+                k += 1
+            redirects.append((tok.text, target))
+        else:
+            words.append(tok)
+        k += 1
+    if words or redirects:
+        yield words, redirects
+
+
+def _expand(raw: str, env: Mapping[str, str]) -> list[str]:
+    raw = raw.replace("\\\n", "")
+    try:
+        value = expand_word(raw, env, keep_unknown=True)
+    except ValueError:
+        return [raw]
+    if "$" in raw and not any(q in raw for q in "'\""):
+        return value.split()  # an unquoted expansion is split into fields, or vanishes
+    return [value]
+
+
+def _basename(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
+
+
+def _strip_wrappers(argv: list[str], inline: dict[str, str]) -> list[str]:
+    """Drop reserved words and wrappers (env, sudo, exec, ...) collecting ``env`` assignments."""
+    while argv:
+        head = _basename(argv[0])
+        if argv[0] in RESERVED or head in {"exec", "command", "nohup", "time"}:
+            argv = argv[1:]
+        elif head == "env":
+            argv = argv[1:]
+            while argv and (argv[0].startswith("-") or _ASSIGNMENT.match(argv[0])):
+                if _ASSIGNMENT.match(argv[0]):
+                    name, _, value = argv[0].partition("=")
+                    inline[name] = value
+                elif argv[0] in ("-u", "--unset") and len(argv) > 1:
+                    inline.pop(argv[1], None)
+                    argv = argv[1:]
+                argv = argv[1:]
+        elif head in {"sudo", "nice", "timeout"}:
+            argv = argv[1:]
+            while argv and argv[0].startswith("-"):
+                takes = argv[0] in {"-u", "-g", "-n", "-s", "-k", "--signal", "--kill-after"}
+                argv = argv[2:] if takes else argv[1:]
+            if head == "timeout" and argv:
+                argv = argv[1:]  # the duration
+        else:
+            return argv
+    return argv
+
+
+def _skip_options(args: list[str], value_options: frozenset[str]) -> int:
+    """Index of the first argument that is not an option (or an option's value)."""
+    k = 0
+    while k < len(args) and args[k].startswith("-"):
+        k += 2 if args[k] in value_options else 1
+    return k
+
+
+def _pip_invocation(argv: list[str]) -> tuple[str, str, list[str]] | None:
+    """(tool, subcommand, arguments) for pip / python -m pip / uv pip commands."""
+    if not argv:
+        return None
+    head = _basename(argv[0])
+    rest = argv[1:]
+    tool = ""
+    if _PIP.fullmatch(head):
+        tool = "pip"
+    elif _PYTHON.fullmatch(head):
+        k = 0
+        module = ""
+        while k < len(rest) and rest[k].startswith("-"):
+            if rest[k] == "-m" and k + 1 < len(rest):
+                module = rest[k + 1]
+                k += 2
+                break
+            if rest[k].startswith("-m") and len(rest[k]) > 2:
+                module = rest[k][2:]
+                k += 1
+                break
+            k += 2 if rest[k] in ("-X", "-W") else 1
+        if module not in ("pip", "uv"):
+            return None
+        tool, rest = module, rest[k:]
+    elif head == "uv":
+        tool = "uv"
+    else:
+        return None
+    if tool == "uv":
+        k = _skip_options(rest, _UV_GLOBAL_VALUE)
+        if k >= len(rest) or rest[k] != "pip":
+            return None
+        rest = rest[:k] + rest[k + 1 :]
+        k = _skip_options(rest, _UV_GLOBAL_VALUE)
+    else:
+        k = _skip_options(rest, _PIP_GLOBAL_VALUE)
+    if k >= len(rest):
+        return None
+    return tool, rest[k], rest[:k] + rest[k + 1 :]
+
+
+def _is_guard(argv: list[str]) -> bool:
+    for k, word in enumerate(argv):
+        head = _basename(word)
+        module = k > 0 and argv[k - 1] == "-m" and word == "pinguard"
+        if module or re.fullmatch(r"pinguard([-.\w]*\.pyz)?", head):
+            return k + 1 < len(argv) and argv[k + 1] == "guard"
+    return False
+
+
+def _parse_install(tool: str, args: list[str], environ: Mapping[str, str]) -> dict[str, object]:
+    value_options = _UV_VALUE if tool == "uv" else _PIP_VALUE
+    options: list[tuple[str, str]] = []
+    positional: list[str] = []
+    k = 0
+    while k < len(args):
+        arg = args[k]
+        k += 1
+        if arg == "--":
+            positional.extend(args[k:])
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if not eq and name in value_options and k < len(args):
+                value = args[k]
+                k += 1
+            options.append((name, value))
+        elif arg.startswith("-") and len(arg) > 1:
+            for j in range(1, len(arg)):
+                short = "-" + arg[j]
+                if short in value_options:
+                    value = arg[j + 1 :]
+                    if not value and k < len(args):
+                        value = args[k]
+                        k += 1
+                    options.append((short, value))
+                    break
+                options.append((short, ""))
+        else:
+            positional.append(arg)
+
+    def values(key: str) -> list[str]:
+        return [v for o, v in options if _CANONICAL.get(o) == key]
+
+    def flag(key: str) -> bool:
+        return any(_CANONICAL.get(o) == key for o, _ in options)
+
+    def env_list(name: str) -> list[str]:
+        return environ.get(name, "").split()
+
+    def env_true(name: str) -> bool:
+        return environ.get(name, "").strip().lower() in TRUE_VALUES
+
+    prefix = "UV_" if tool == "uv" else "PIP_"
+    index_urls = values("index-url") or env_list(prefix + "INDEX_URL")
+    if tool == "uv":
+        index_urls = index_urls or env_list("UV_DEFAULT_INDEX")
+    extra = values("extra-index") or env_list(prefix + "EXTRA_INDEX_URL")
+    if tool == "uv":
+        extra += env_list("UV_INDEX")
+    prerelease = (values("prerelease") or [environ.get("UV_PRERELEASE", "")])[-1]
+    return {
+        "requirements": tuple(positional + values("editable")),
+        "requirement_files": tuple(values("requirement")),
+        "constraints": tuple(values("constraint") + env_list(prefix + "CONSTRAINT")),
+        "index_url": index_urls[-1] if index_urls else None,
+        "extra_index_urls": tuple(extra),
+        "find_links": tuple(values("find-links") + env_list(prefix + "FIND_LINKS")),
+        "pre": flag("pre")
+        or env_true("PIP_PRE")
+        or prerelease in {"allow", "if-necessary", "if-necessary-or-explicit"},
+        "upgrade": flag("upgrade") or env_true(prefix + "UPGRADE"),
+        "upgrade_packages": tuple(values("upgrade-package")),
+        "no_deps": flag("no-deps") or env_true(prefix + "NO_DEPS"),
+        "require_hashes": flag("require-hashes") or env_true(prefix + "REQUIRE_HASHES"),
+        "index_strategy": (values("index-strategy") or [environ.get("UV_INDEX_STRATEGY", "")])[-1]
+        or None,
+    }
+
+
+@dataclass(slots=True)
+class _Script:
+    text: str
+    line_of: Callable[[int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    argv: tuple[str, ...]
+    environ: tuple[tuple[str, str], ...]
+    text: str
+    line: int
+    end_line: int
+
+
+def _script_commands(
+    script: _Script,
+    env: dict[str, str],
+    heredoc_scripts: Mapping[str, _Script] | None = None,
+) -> Iterator[_Command]:
+    """The simple commands of a shell script, in order, expanding with ``env`` (updated)."""
+    tokens = _tokenize(script.text)
+    for words, redirects in _commands(tokens):
+        inline: dict[str, str] = {}
+        argv: list[str] = []
+        assigning = True
+        for tok in words:
+            if assigning and _ASSIGNMENT.match(tok.text):
+                name, _, raw = tok.text.partition("=")
+                inline[name] = " ".join(_expand(raw, {**env, **inline}))
+                continue
+            assigning = False
+            argv.extend(_expand(tok.text, {**env, **inline}))
+        argv = _strip_wrappers(argv, inline)
+        if not argv:
+            env.update(inline)  # NAME=value alone sets a shell variable
+            continue
+        if argv[0] in ("export", "declare", "typeset"):
+            for word in argv[1:]:
+                if _ASSIGNMENT.match(word):
+                    name, _, value = word.partition("=")
+                    env[name] = value
+            continue
+        if heredoc_scripts and _basename(argv[0]) in SHELLS and "-c" not in argv:
+            bodies = [
+                heredoc_scripts[target]
+                for op, target in redirects
+                if op in ("<<", "<<-") and target in heredoc_scripts
+            ]
+            if bodies:
+                for body in bodies:
+                    yield from _script_commands(body, {**env, **inline})
+                continue
+        if words:
+            start, end = words[0].start, words[-1].end
+            yield _Command(
+                argv=tuple(argv),
+                environ=tuple(sorted({**env, **inline}.items())),
+                text=script.text[start:end],
+                line=script.line_of(start),
+                end_line=script.line_of(max(end - 1, start)),
+            )
+
+
+def _heredoc_script(body: str, start_line: int) -> _Script:
+    return _Script(body, lambda offset: start_line + body.count("\n", 0, offset))
+
+
+def _run_commands(instruction: Instruction) -> Iterator[_Command]:
+    env = instruction.environ
+    if instruction.exec_form is not None:
+        argv = list(instruction.exec_form)
+        if argv and _basename(argv[0]) in SHELLS and "-c" in argv[:-1]:
+            script = argv[argv.index("-c") + 1]
+            line = instruction.start_line
+            yield from _script_commands(_Script(script, lambda _o: line), env)
+        elif argv:
+            yield _Command(
+                argv=tuple(argv),
+                environ=instruction.variables,
+                text=instruction.args,
+                line=instruction.start_line,
+                end_line=instruction.end_line,
+            )
+        return
+    scripts = {
+        h.delimiter: _heredoc_script(h.body, h.start_line)
+        for h in instruction.heredocs
+        if not h.body.startswith("#!")
+        or _basename(h.body.split()[0]) in SHELLS
+        or _basename(h.body.split("\n", 1)[0].split()[-1]) in SHELLS
+    }
+    line_script = _Script(instruction.args, instruction.line_at)
+    tokens = _tokenize(instruction.args)
+    only_heredocs = all((t.op and t.text in ("<<", "<<-")) or not t.op for t in tokens) and all(
+        not w for w, _ in _commands(tokens)
+    )
+    if instruction.heredocs and only_heredocs:
+        for h in instruction.heredocs:  # RUN <<EOF: each heredoc is a script for the shell
+            if h.delimiter in scripts:
+                yield from _script_commands(scripts[h.delimiter], dict(env))
+        return
+    yield from _script_commands(line_script, env, scripts)
+
+
+def find_installs(dockerfile: Dockerfile) -> tuple[InstallCommand, ...]:
+    """Every pip / uv pip install command in the RUN instructions, in file order."""
+    return tuple(c for c, _ in _walk(dockerfile) if isinstance(c, InstallCommand))
+
+
+def _walk(dockerfile: Dockerfile) -> Iterator[tuple[InstallCommand | _Command, int]]:
+    """(install command or other command, instruction index) for every RUN command."""
+    for index, instruction in enumerate(dockerfile.instructions):
+        if instruction.keyword != "RUN":
+            continue
+        for position, command in enumerate(_run_commands(instruction)):
+            parsed = _pip_invocation(list(command.argv))
+            if parsed is None or parsed[1] != "install":
+                yield command, index
+                continue
+            tool, _, args = parsed
+            fields = _parse_install(tool, args, dict(command.environ))
+            yield (
+                InstallCommand(
+                    tool=tool,
+                    argv=command.argv,
+                    text=command.text,
+                    line=command.line,
+                    end_line=command.end_line,
+                    instruction_index=index,
+                    position=position,
+                    **fields,  # type: ignore[arg-type]
+                ),
+                index,
+            )
+
+
+# --- rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    text: str
+    name: NormalizedName | None
+    exact: bool
+    version: str | None = None
+    specifier: str = ""
+
+
+def _target(text: str) -> _Target:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        base = _basename(text)
+        try:
+            if base.endswith(".whl"):
+                name, version, _, _ = parse_wheel_filename(base)
+                return _Target(text, name, True, str(version))
+            if base.endswith((".tar.gz", ".zip")):
+                name, version = parse_sdist_filename(base)
+                return _Target(text, name, True, str(version))
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            pass
+        return _Target(text, None, False)  # a directory, a glob, a VCS URL
+    name = canonicalize_name(req.name)
+    if req.url:
+        return _Target(text, name, True, None, f" @ {req.url}")
+    specs = list(req.specifier)
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return _Target(text, name, True, specs[0].version, str(req.specifier))
+    return _Target(text, name, False, None, str(req.specifier))
+
+
+def _pins(pinned: Iterable[str | Requirement] | None) -> dict[NormalizedName, SpecifierSet]:
+    pins: dict[NormalizedName, SpecifierSet] = {}
+    for item in pinned or ():
+        req = item if isinstance(item, Requirement) else Requirement(item)
+        name = canonicalize_name(req.name)
+        pins[name] = pins.get(name, SpecifierSet()) & req.specifier
+    return pins
+
+
+def _nightly(url: str, patterns: Sequence[re.Pattern[str]]) -> bool:
+    return any(p.search(url) for p in patterns)
+
+
+def _finding(
+    rule: str, message: str, severity: Severity | None = None, **kw: str | None
+) -> Finding:
+    return Finding(rule=rule, severity=severity or RULES[rule][0], message=message, **kw)  # type: ignore[arg-type]
+
+
+def _rule_unconstrained(cmd: InstallCommand, targets: list[_Target]) -> Iterator[Finding]:
+    if not (cmd.requirements or cmd.requirement_files) or cmd.constraints or cmd.require_hashes:
+        return
+    if not cmd.requirement_files and all(t.name in BOOTSTRAP for t in targets):
+        return
+    if cmd.no_deps and not cmd.requirement_files and all(t.exact for t in targets):
+        return  # nothing is resolved: only the named exact versions are installed
+    env_name = "UV_CONSTRAINT" if cmd.tool == "uv" else "PIP_CONSTRAINT"
+    what = ", ".join([t.text for t in targets] + [f"-r {f}" for f in cmd.requirement_files])
+    yield _finding(
+        "unconstrained-install",
+        f"{_tool(cmd)} install of {what} runs without constraints, so the resolver may up- or "
+        f"downgrade packages an earlier step installed; add -c /path/constraints.txt or set "
+        f"{env_name} (ENV or ARG) to a constraints file",
+    )
+
+
+def _rule_prerelease(
+    cmd: InstallCommand, targets: list[_Target], patterns: Sequence[re.Pattern[str]]
+) -> Iterator[Finding]:
+    reasons = ["--pre"] if cmd.pre else []
+    urls = [cmd.index_url or "", *cmd.extra_index_urls, *cmd.find_links]
+    reasons += [f"the nightly index {u}" for u in urls if u and _nightly(u, patterns)]
+    if not reasons:
+        return
+    why = " and ".join(reasons)
+    for t in targets:
+        if not t.exact:
+            yield _finding(
+                "prerelease-unpinned",
+                f"{why} without an exact pin: {t.text} may resolve to any pre-release or nightly "
+                f"build; pin it with == to the build you tested",
+                package=t.name or t.text,
+            )
+    for f in cmd.requirement_files:
+        yield _finding(
+            "prerelease-unpinned",
+            f"{why} with requirements from {f}, which the lint cannot check for exact pins; "
+            f"name the pre-release packages on the command line with ==",
+            package=None,
+        )
+
+
+def _rule_shadowing(cmd: InstallCommand, patterns: Sequence[re.Pattern[str]]) -> Iterator[Finding]:
+    main = cmd.index_url or "https://pypi.org/simple"
+    strategy = cmd.index_strategy or "first-index"
+    for url in cmd.extra_index_urls:
+        nightly = _nightly(url, patterns)
+        if cmd.tool == "pip":
+            yield _finding(
+                "index-shadowing",
+                f"pip merges --extra-index-url {url} with {main} and installs the highest version "
+                f"found on either, so {url} can shadow any package of {main}; install from one "
+                f"--index-url per step, or use `uv pip install` (its default --index-strategy "
+                f"first-index takes each package from the first index that has it)",
+                severity=Severity.ERROR if nightly else Severity.WARNING,
+            )
+        elif strategy.startswith("unsafe"):
+            yield _finding(
+                "index-shadowing",
+                f"--index-strategy {strategy} lets {url} and {main} compete for every package, "
+                f"so {url} can shadow {main}; keep the default --index-strategy first-index",
+            )
+        elif nightly:
+            yield _finding(
+                "index-shadowing",
+                f"uv searches {url} before {main} and takes every package that index carries "
+                f"from it, so the nightly index shadows {main}; install the nightly packages in "
+                f"their own step with --index-url {url} and exact pins",
+            )
+
+
+def _rule_no_deps(
+    cmd: InstallCommand, targets: list[_Target], pins: Mapping[NormalizedName, SpecifierSet]
+) -> Iterator[Finding]:
+    if not cmd.no_deps:
+        return
+    for t in targets:
+        if t.name is None:
+            continue
+        policy = f" (the policy pins {t.name}{pins[t.name]})" if t.name in pins else ""
+        yield _finding(
+            "no-deps-repin",
+            f"--no-deps installs {t.text} without checking the packages that depend on "
+            f"{t.name}{policy}: any of them that requires another version is left unmet and pip "
+            f"still exits 0; run `pip check` or `pinguard guard` in the same RUN, or pin it with "
+            f"a constraints file",
+            package=t.name,
+        )
+
+
+def _rule_upgrade(
+    cmd: InstallCommand, targets: list[_Target], pins: Mapping[NormalizedName, SpecifierSet]
+) -> Iterator[Finding]:
+    if not pins:
+        return
+    flagged: dict[NormalizedName, str] = {}
+    if cmd.upgrade:
+        for t in targets:
+            if t.name is None or t.name not in pins:
+                continue
+            spec = pins[t.name]
+            if not (t.exact and t.version and spec.contains(t.version, prereleases=True)):
+                flagged[t.name] = f"--upgrade {t.text}"
+    for raw in cmd.upgrade_packages:
+        target = _target(raw)
+        if target.name is not None and target.name in pins:
+            flagged[target.name] = f"--upgrade-package {raw}"
+    for name, how in sorted(flagged.items()):
+        pin = str(pins[name]) or " (any version)"
+        yield _finding(
+            "upgrade-pinned",
+            f"{how} may move {name}, which the policy pins to {name}{pin}; drop the upgrade "
+            f"or pin {name}{pin} on the command line",
+            package=name,
+        )
+
+
+def _tool(cmd: InstallCommand) -> str:
+    return "uv pip" if cmd.tool == "uv" else "pip"
+
+
+def _stage_label(dockerfile: Dockerfile, instruction: Instruction) -> str:
+    if instruction.stage is None:
+        return ""
+    stage = dockerfile.stages[instruction.stage]
+    return stage.name or str(stage.index)
+
+
+def lint(
+    dockerfile: Dockerfile,
+    *,
+    pinned: Iterable[str | Requirement] | None = None,
+    require_guard: bool = False,
+    nightly_patterns: Sequence[str] | None = None,
+    ignore: Collection[str] = (),
+    policy_file: str | None = None,
+) -> tuple[LintFinding, ...]:
+    """Lint ``dockerfile``; ``pinned`` are the policy's pins (``"torch==2.9.1"``, ...).
+
+    ``require_guard`` turns on `missing-guard`; ``nightly_patterns`` replaces
+    `DEFAULT_NIGHTLY_PATTERNS`; rules named in ``ignore`` are skipped. Findings are sorted.
+    """
+    unknown = sorted(set(ignore) - set(RULES))
+    if unknown:
+        raise ValueError(f"unknown lint rule(s) {', '.join(map(repr, unknown))}")
+    pins = _pins(pinned)
+    patterns = [
+        re.compile(p, re.IGNORECASE) for p in (nightly_patterns or DEFAULT_NIGHTLY_PATTERNS)
+    ]
+    commands = list(_walk(dockerfile))
+    runs = [i for i, ins in enumerate(dockerfile.instructions) if ins.keyword == "RUN"]
+    next_run: dict[int, int] = {}
+    for a, b in itertools.pairwise(runs):
+        if dockerfile.instructions[a].stage == dockerfile.instructions[b].stage:
+            next_run[a] = b
+    guards = [
+        (index, pos)
+        for pos, (cmd, index) in enumerate(commands)
+        if not isinstance(cmd, InstallCommand) and _is_guard(list(cmd.argv))
+    ]
+    checks = [
+        (index, pos)
+        for pos, (cmd, index) in enumerate(commands)
+        if not isinstance(cmd, InstallCommand)
+        and (
+            _is_guard(list(cmd.argv))
+            or ((p := _pip_invocation(list(cmd.argv))) is not None and p[1] == "check")
+        )
+    ]
+    out: list[LintFinding] = []
+    for pos, (cmd, index) in enumerate(commands):
+        if not isinstance(cmd, InstallCommand):
+            continue
+        instruction = dockerfile.instructions[index]
+        targets = [_target(r) for r in cmd.requirements]
+        found: list[Finding] = []
+        found += _rule_unconstrained(cmd, targets)
+        found += _rule_prerelease(cmd, targets, patterns)
+        found += _rule_shadowing(cmd, patterns)
+        if not any(i == index and p > pos for i, p in checks):
+            found += _rule_no_deps(cmd, targets, pins)
+        found += _rule_upgrade(cmd, targets, pins)
+        if require_guard and not any(
+            (i == index and p > pos) or i == next_run.get(index) for i, p in guards
+        ):
+            found.append(
+                _finding(
+                    "missing-guard",
+                    f"{_tool(cmd)} install is not followed by `pinguard guard` in the same RUN "
+                    f"or the next one, so a drift it causes is not caught at this step; append "
+                    f"`&& pinguard guard --policy ...` to this RUN",
+                )
+            )
+        for f in found:
+            if f.rule in ignore:
+                continue
+            if policy_file and f.rule in ("upgrade-pinned", "missing-guard"):
+                f = replace(f, policy_file=policy_file)  # noqa: PLW2901
+            out.append(
+                LintFinding(
+                    finding=f,
+                    path=dockerfile.path,
+                    line=cmd.line,
+                    end_line=cmd.end_line,
+                    instruction_line=instruction.start_line,
+                    instruction_end_line=instruction.end_line,
+                    stage=_stage_label(dockerfile, instruction),
+                    command=cmd.text,
+                )
+            )
+    return tuple(sorted(out, key=LintFinding.sort_key))
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+
+def _as_json(item: LintFinding) -> dict[str, object]:
+    f = item.finding
+    return {
+        "rule": f.rule,
+        "severity": f.severity.value,
+        "message": f.message,
+        "package": f.package,
+        "path": item.path,
+        "line": item.line,
+        "end_line": item.end_line,
+        "instruction_line": item.instruction_line,
+        "instruction_end_line": item.instruction_end_line,
+        "stage": item.stage,
+        "command": item.command,
+        "policy_file": f.policy_file,
+    }
+
+
+def _sarif(findings: Sequence[LintFinding], errors: Sequence[tuple[str, str]]) -> dict[str, object]:
+    rule_ids = sorted(RULES)
+    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "pinguard-lint",
+                        "version": __version__,
+                        "informationUri": "https://github.com/pinguard/pinguard",
+                        "rules": [
+                            {
+                                "id": rid,
+                                "name": rid,
+                                "shortDescription": {"text": RULES[rid][1]},
+                                "defaultConfiguration": {"level": level[RULES[rid][0]]},
+                            }
+                            for rid in rule_ids
+                        ],
+                    }
+                },
+                "invocations": [
+                    {
+                        "executionSuccessful": not errors,
+                        "toolExecutionNotifications": [
+                            {
+                                "level": "error",
+                                "message": {"text": message},
+                                "locations": [
+                                    {"physicalLocation": {"artifactLocation": {"uri": path}}}
+                                ],
+                            }
+                            for path, message in errors
+                        ],
+                    }
+                ],
+                "results": [
+                    {
+                        "ruleId": item.rule,
+                        "ruleIndex": rule_ids.index(item.rule),
+                        "level": level[item.severity],
+                        "message": {"text": item.finding.message},
+                        "locations": [
+                            {
+                                "physicalLocation": {
+                                    "artifactLocation": {"uri": item.path},
+                                    "region": {
+                                        "startLine": item.line,
+                                        "endLine": item.end_line,
+                                    },
+                                }
+                            }
+                        ],
+                    }
+                    for item in findings
+                ],
+            }
+        ],
+    }
+
+
+def render(
+    findings: Sequence[LintFinding],
+    fmt: str = "table",
+    *,
+    errors: Sequence[tuple[str, str]] = (),
+) -> str:
+    """Render findings as ``table``, ``json`` or ``sarif``; ``errors`` are (path, message)."""
+    ordered = sorted(findings, key=LintFinding.sort_key)
+    if fmt == "json":
+        doc = {
+            "schema": LINT_SCHEMA_ID,
+            "findings": [_as_json(f) for f in ordered],
+            "errors": [{"path": p, "message": m} for p, m in sorted(errors)],
+        }
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if fmt == "sarif":
+        return json.dumps(_sarif(ordered, sorted(errors)), indent=2, sort_keys=True) + "\n"
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}: use table, json or sarif")
+    lines = [
+        f"{f.path}:{f.line}: {f.severity.value} [{f.rule}] {f.finding.message}" for f in ordered
+    ]
+    lines += [f"{p}: error: {m}" for p, m in sorted(errors)]
+    counts = {s: sum(1 for f in ordered if f.severity is s) for s in Severity}
+    summary = ", ".join(f"{counts[s]} {s.value}" for s in reversed(Severity) if counts[s])
+    lines.append(f"{len(ordered)} finding(s)" + (f": {summary}" if summary else ""))
+    return "\n".join(lines) + "\n"
