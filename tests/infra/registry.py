@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from tests.infra.tools import require_tool
@@ -45,6 +45,7 @@ DEFAULT_USER = "pgtest"
 DEFAULT_PASSWORD = "s3cret-Pa55-for-tests"
 TOKEN_SERVICE = "pinguard-test-registry"
 TOKEN_ISSUER = "pinguard-test-token-issuer"
+_S = TypeVar("_S", bound="_Server")
 
 
 def free_port() -> int:
@@ -86,7 +87,7 @@ class _Server:
         self.httpd.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> _Server:
+    def __enter__(self: _S) -> _S:
         return self
 
     def __exit__(self, *exc: object) -> None:
