@@ -219,12 +219,17 @@ def demo_layers() -> list[Layer]:
     ]
 
 
-def main(argv: list[str]) -> int:
-    out = Path(argv[1] if len(argv) > 1 else "examples/out/glm-serving-demo.tar")
-    digest = write_oci_archive(
-        demo_layers(), out, tag="2026-11-29",
+def build_demo(out: Path, tag: str = "2026-11-29") -> str:
+    """Write the demo archive to ``out``; return its manifest digest."""
+    return write_oci_archive(
+        demo_layers(), out, tag=tag,
         empty_steps={1: "ENV PIP_NO_CACHE_DIR=1", 3: "LABEL org.opencontainers.image.title=glm-serving"},
     )
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1] if len(argv) > 1 else "examples/out/glm-serving-demo.tar")
+    digest = build_demo(out)
     print(f"wrote {out} ({digest})")
     return 0
 

@@ -424,10 +424,10 @@ def analyze_stream(
         raise LayerError(f"layer {digest}: cannot decompress: {exc}") from exc
     except LayerError as exc:
         raise LayerError(f"layer {digest}: {exc}") from exc
-    except Exception as exc:
-        if type(exc).__module__.startswith("zstandard"):
-            raise LayerError(f"layer {digest}: cannot decompress zstd: {exc}") from exc
+    except (BlobVerificationError, MemoryError):
         raise
+    except Exception as exc:  # noqa: BLE001 - isal/zstandard raise their own error types
+        raise LayerError(f"layer {digest}: cannot decompress: {type(exc).__name__}: {exc}") from None
     computed = verifier.finish()
     if not result.digest:
         result.digest = computed
