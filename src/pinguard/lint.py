@@ -987,7 +987,7 @@ def render(
     lines = [
         f"{f.path}:{f.line}: {f.severity.value} [{f.rule}] {f.finding.message}" for f in ordered
     ]
-    lines += [f"{p}: error: {m}" for p, m in sorted(errors)]
+    lines += [f"error: {m}" for _, m in sorted(errors)]
     counts = {s: sum(1 for f in ordered if f.severity is s) for s in Severity}
     summary = ", ".join(f"{counts[s]} {s.value}" for s in reversed(Severity) if counts[s])
     lines.append(f"{len(ordered)} finding(s)" + (f": {summary}" if summary else ""))
