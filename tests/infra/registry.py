@@ -158,6 +158,7 @@ class HTTPFront(_Server):
     ``fail_first``: answer the first N requests with ``fail_status`` and ``Retry-After``.
     ``redirect_blobs_to``: answer authorised blob GETs with a 307 to that base URL
     (``{base}/v2/REPO/blobs/DIGEST``), as registries backed by object storage do.
+    ``transform(path, body)``: rewrite GET response bodies (to serve tampered bytes).
     Every request is kept in ``requests`` (headers included) for assertions."""
 
     def __init__(
@@ -168,8 +169,10 @@ class HTTPFront(_Server):
         fail_status: int = 503,
         retry_after: str | None = "0",
         redirect_blobs_to: str | None = None,
+        transform: Callable[[str, bytes], bytes] | None = None,
     ) -> None:
         self.upstream = upstream
+        self.transform = transform
         self.fail_remaining = fail_first
         self.fail_status = fail_status
         self.retry_after = retry_after
@@ -206,6 +209,8 @@ class _FrontHandler(_Handler):
             conn.request(self.command, self.path, body=body or None, headers=headers)
             response = conn.getresponse()
             payload = response.read()
+            if owner.transform is not None and self.command == "GET":
+                payload = owner.transform(self.path, payload)
             out = {k: v for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP}
             self._reply(response.status, payload, out)
         finally:

@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 import requests
 
-from pinguard.errors import AuthError, ImageNotFound, InvalidReference, SourceError
+from pinguard.errors import (
+    AuthError,
+    BlobVerificationError,
+    ImageNotFound,
+    InvalidReference,
+    SourceError,
+)
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, SourceOptions
@@ -353,6 +359,22 @@ def test_retries_are_bounded(registry: RegistryServer) -> None:
         with pytest.raises(SourceError, match="429"):
             source.resolve()
         assert len(front.requests) == 3
+
+
+def test_tampered_manifest_by_digest_is_rejected(registry: RegistryServer, images: Images) -> None:
+    """A manifest fetched by digest whose bytes do not hash to it raises BlobVerificationError."""
+    digest = images.single.images[0].manifest_digest
+
+    def tamper(path: str, body: bytes) -> bytes:
+        return (
+            body.replace(b'"schemaVersion"', b' "schemaVersion"') if "/manifests/" in path else body
+        )
+
+    with HTTPFront(registry.address, transform=tamper) as front:
+        with pytest.raises(BlobVerificationError, match=digest):
+            RegistrySource(f"{front.address}/app/single@{digest}", SourceOptions()).resolve()
+        tagged = RegistrySource(f"{front.address}/app/single:v1", SourceOptions()).resolve()
+        assert tagged.manifest_digest != digest  # by tag: the digest of the bytes received
 
 
 def test_connection_errors_are_retried_then_reported() -> None:
