@@ -19,7 +19,7 @@ from pinguard.policy import rules as r
 from pinguard.policy.model import RULES, Policy, RuleConfig
 
 _Runner = Callable[
-    [r.Facts, Policy, RuleConfig, Mapping[str, Mapping[str, str]] | None], Iterable[r.Hit]
+    [r.Facts, Policy, RuleConfig, Mapping[str, str] | None], Iterable[r.Hit]
 ]
 
 _RUNNERS: tuple[tuple[str, _Runner], ...] = (
@@ -44,7 +44,7 @@ def sort_key(f: Finding) -> tuple[int, str, str, str, int, tuple[str, ...], str,
 
 
 def _hits(
-    facts: r.Facts, policy: Policy, file_digests: Mapping[str, Mapping[str, str]] | None
+    facts: r.Facts, policy: Policy, file_digests: Mapping[str, str] | None
 ) -> Iterator[tuple[RuleConfig, r.Hit]]:
     for rule_id, run in _RUNNERS:
         cfg = policy.rule(rule_id)
@@ -62,13 +62,13 @@ def evaluate(
     *,
     targets: Iterable[str] = (),
     today: _dt.date | None = None,
-    file_digests: Mapping[str, Mapping[str, str]] | None = None,
+    file_digests: Mapping[str, str] | None = None,
 ) -> tuple[Finding, ...]:
     """The findings of ``policy`` on ``result``, sorted; waived ones included and marked.
 
     ``targets`` are the ``--target`` values; ``today`` decides which waivers have expired
-    (default: the local date); ``file_digests`` ({environment path: {file path:
-    "sha256=..."}}) turns on ``record-mismatch``.
+    (default: the local date); ``file_digests`` ({absolute file path:
+    "sha256=<urlsafe b64>"}, from ``--verify-records``) turns on ``record-mismatch``.
     """
     today = today if today is not None else _dt.date.today()
     facts = r.Facts.of(result, targets)

@@ -398,7 +398,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         envs = reader.strings(body, path, "environments") or ()
         if pkg is not None and rule is not None and why and isinstance(expires, _dt.date):
             layer.waivers.append(Waiver(pkg, rule, why, expires, envs, reader.origin(path)))
-    return layer, reader.problems
+    return layer, sorted(reader.problems, key=lambda p: p.line)
 
 
 def _read(path: Path) -> tuple[str, KeyPath | None]:

@@ -300,17 +300,18 @@ def file_collision(facts: Facts) -> Iterator[Hit]:
             )
 
 
-def record_mismatch(facts: Facts, file_digests: Mapping[str, Mapping[str, str]]) -> Iterator[Hit]:
+def record_mismatch(facts: Facts, file_digests: Mapping[str, str]) -> Iterator[Hit]:
     """Files whose actual digest differs from their RECORD, or that are gone.
 
-    ``file_digests`` maps an environment path to ``{absolute file path: "sha256=<urlsafe
-    base64, no padding>"}``; environments absent from it are not checked, and RECORD hashes
-    of another algorithm than the one supplied are skipped.
+    ``file_digests`` maps absolute file paths (the final state of the image) to
+    ``"sha256=<urlsafe base64, no padding>"``, as the audit computes them with
+    ``--verify-records``. A RECORD path inside its environment that has no digest is
+    reported missing; one outside it (a script in ``/usr/local/bin``, say) is checked only
+    when a digest is given. RECORD hashes of another algorithm are skipped.
     """
+    actual = file_digests
     for env in facts.environments:
-        actual = file_digests.get(env.path)
-        if actual is None:
-            continue
+        inside = env.path.rstrip("/") + "/"
         for dist in env.distributions:
             changed: list[str] = []
             missing: list[str] = []
@@ -319,7 +320,8 @@ def record_mismatch(facts: Facts, file_digests: Mapping[str, Mapping[str, str]])
                     continue
                 have = actual.get(path)
                 if have is None:
-                    missing.append(path)
+                    if path.startswith(inside):
+                        missing.append(path)
                     continue
                 want_algo, want = _split(digest)
                 have_algo, got = _split(have)
