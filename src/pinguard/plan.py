@@ -1,0 +1,223 @@
+"""Predicting what one install step would do to an image's environment, before it runs.
+
+:func:`plan_install` builds a throwaway virtual environment (``uv venv`` with this machine's
+Python) whose site-packages holds only the dist-info metadata of the image's installed
+distributions (METADATA with Requires-Dist, INSTALLER, REQUESTED, a RECORD listing just those
+files), then asks ``uv pip install --dry-run`` what the step's arguments would install and
+uninstall there, for the image's Python version and platform (``--python-version``,
+``--python-platform``). The new distributions' Requires-Dist come from the index's PEP 658
+metadata (no wheel downloads), so :func:`pinguard.diff.diff_environments` can name the change
+kinds and causes exactly as the audit does. A pip command line is replayed with pip's index
+semantics (``--index-strategy unsafe-best-match``) unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from pinguard.errors import ResolveError, UsageError
+from pinguard.models import Change, Distribution, Environment, Platform, Unmet
+from pinguard.resolve.command import InstallCommand
+from pinguard.resolve.index import IndexFetchError, SimpleIndex, TargetEnvironment
+from pinguard.resolve.uv import IndexOptions, run, uv_bin
+
+_LINE = re.compile(r"^\s*([+\-~])\s+([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What an install step would change in one environment."""
+
+    environment: str
+    command: InstallCommand
+    install: tuple[tuple[NormalizedName, str], ...]
+    uninstall: tuple[tuple[NormalizedName, str], ...]
+    changes: tuple[Change, ...]
+    unmet: tuple[Unmet, ...]
+    after: Environment
+    output: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def parse_dry_run(text: str) -> tuple[list[tuple[str, str, str]], str]:
+    """(sign, name, version) lines of ``uv pip install --dry-run`` output."""
+    found = [
+        (m.group(1), m.group(2), m.group(3))
+        for m in map(_LINE.match, text.splitlines())
+        if m is not None
+    ]
+    return found, text
+
+
+def _stem(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def seed_site_packages(site: Path, env: Environment) -> list[str]:
+    """Write dist-info metadata for every distribution of ``env`` into ``site``."""
+    notes: list[str] = []
+    for dist in env.distributions:
+        try:
+            version = str(Version(dist.raw_version))
+        except InvalidVersion:
+            notes.append(f"{dist.name} {dist.raw_version!r} is not PEP 440; uv will not see it")
+            version = dist.raw_version
+        info = site / f"{_stem(dist.name)}-{version}.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        meta = ["Metadata-Version: 2.1", f"Name: {dist.display_name or dist.name}"]
+        meta.append(f"Version: {dist.raw_version}")
+        if dist.requires_python:
+            meta.append(f"Requires-Python: {dist.requires_python}")
+        meta += [f"Requires-Dist: {r}" for r in dist.requires_dist]
+        files = {
+            "METADATA": "\n".join(meta) + "\n\n",
+            "INSTALLER": f"{dist.installer or 'pip'}\n",
+        }
+        if dist.requested:
+            files["REQUESTED"] = ""
+        for fname, content in files.items():
+            (info / fname).write_text(content, encoding="utf-8")
+        record = [f"{info.name}/{f},," for f in [*files, "RECORD"]]
+        (info / "RECORD").write_text("\n".join(record) + "\n", encoding="utf-8")
+    return notes
+
+
+def uv_install_args(command: InstallCommand, index: IndexOptions) -> list[str]:
+    """uv flags replaying ``command`` with ``index`` added."""
+    opts = index.merged(command.index)
+    if command.tool == "pip" and opts.index_strategy is None and opts.extra_index_urls:
+        opts = replace(opts, index_strategy="unsafe-best-match")
+    args = opts.uv_args()
+    if command.upgrade:
+        args.append("--upgrade")
+    if command.no_deps:
+        args.append("--no-deps")
+    if command.force_reinstall:
+        args.append("--reinstall")
+    for c in command.constraint_files:
+        args += ["--constraint", c]
+    return [*args, *command.requirements]
+
+
+def plan_install(
+    env: Environment,
+    command: InstallCommand,
+    *,
+    index: IndexOptions | None = None,
+    platform: Platform | None = None,
+    index_client: SimpleIndex | None = None,
+    timeout: float = 300.0,
+) -> Plan:
+    """Predict ``command`` on ``env`` (see the module docstring)."""
+    if not command.requirements:
+        raise UsageError("the install command names no requirement pinguard can replay")
+    index = index or IndexOptions()
+    target = TargetEnvironment(env.python, platform)
+    notes = [f"not replayed: {s}" for s in command.skipped]
+    with tempfile.TemporaryDirectory(prefix="pinguard-plan-") as tmp:
+        venv = Path(tmp, "venv")
+        made = run(
+            [uv_bin(), "venv", str(venv), "--python", sys.executable, "--no-config", "-q"],
+            timeout=timeout,
+            cwd=tmp,
+        )
+        if made.returncode != 0:
+            raise ResolveError(f"uv venv failed: {made.stderr.strip()}")
+        sites = sorted(venv.glob("lib/python*/site-packages"))
+        if not sites:
+            raise ResolveError("uv venv made no site-packages directory")
+        notes += seed_site_packages(sites[0], env)
+        python = venv / "bin" / "python"
+        cmd = [
+            uv_bin(), "pip", "install", "--dry-run", "--python", str(python), "--no-config",
+            "--color", "never", "--cache-dir", str(Path(tmp, "cache")),
+        ]  # fmt: skip
+        if target.python_version:
+            cmd += ["--python-version", target.python_version]
+        if target.python_platform:
+            cmd += ["--python-platform", target.python_platform]
+        cmd += uv_install_args(command, index)
+        proc = run(cmd, timeout=timeout, cwd=tmp)
+    output = proc.stderr + proc.stdout
+    if proc.returncode != 0:
+        raise ResolveError(f"uv could not resolve the step: {output.strip()}")
+    lines, _ = parse_dry_run(output)
+    install = sorted((canonicalize_name(n), v) for s, n, v in lines if s in "+~")
+    uninstall = sorted((canonicalize_name(n), v) for s, n, v in lines if s in "-~")
+
+    opts = index.merged(command.index)
+    client = index_client or SimpleIndex(opts.index_urls, opts.find_links)
+    removed = {n for n, _ in uninstall}
+    kept = [d for d in env.distributions if d.name not in removed]
+    added: list[Distribution] = []
+    for name, version in install:
+        requires: tuple[str, ...] = ()
+        try:
+            file = client.best_file(name, Version(version), target)
+            if file is not None:
+                requires = client.metadata(file).requires_dist
+            else:
+                notes.append(f"no wheel of {name} {version} on the index to read its metadata")
+        except (IndexFetchError, InvalidVersion) as exc:
+            notes.append(f"could not read the metadata of {name} {version}: {exc}")
+        added.append(
+            Distribution(
+                name=name,
+                raw_version=version,
+                metadata_path=f"{env.path.rstrip('/')}/{_stem(name)}-{version}.dist-info",
+                requires_dist=requires,
+                installer="uv" if command.tool == "uv" else "pip",
+                requested=name in {_req_name(r) for r in command.requirements},
+                fingerprint=f"planned:{name}=={version}",
+            )
+        )
+    after = Environment(
+        path=env.path,
+        python=env.python,
+        distributions=tuple(sorted([*kept, *added], key=lambda d: d.name)),
+    )
+    from pinguard.diff import diff_environments
+
+    changes, unmet = diff_environments(env, after, platform=platform)
+    return Plan(
+        environment=env.path,
+        command=command,
+        install=tuple(install),
+        uninstall=tuple(uninstall),
+        changes=changes,
+        unmet=unmet,
+        after=after,
+        output=output,
+        notes=tuple(notes),
+    )
+
+
+def _req_name(raw: str) -> NormalizedName:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return canonicalize_name(Requirement(raw).name)
+    except InvalidRequirement:
+        return canonicalize_name(raw)
+
+
+def choose_plan_environment(
+    environments: Sequence[Environment], wanted: str | None = None
+) -> Environment:
+    """``wanted``, else the environment holding the most distributions."""
+    if wanted is not None:
+        for env in environments:
+            if env.path == wanted:
+                return env
+        raise UsageError(f"no environment {wanted!r} in the image")
+    if not environments:
+        raise UsageError("the image has no Python environment to plan against")
+    return max(environments, key=lambda e: (len(e.distributions), e.path))
