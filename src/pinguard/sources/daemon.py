@@ -318,7 +318,8 @@ class DaemonSource(ImageSource):
         hashed into ``self._legacy_names``; otherwise ``legacy`` maps member name -> digest."""
         response = self.client.request(f"/images/{self._quoted}/get", self.reference)
         try:
-            with tarfile.open(fileobj=response, mode="r|", bufsize=_STREAM_BUFSIZE) as tar:
+            buffered = io.BufferedReader(response, _STREAM_BUFSIZE)
+            with tarfile.open(fileobj=buffered, mode="r|", bufsize=_STREAM_BUFSIZE) as tar:
                 for member in tar:
                     if not pending:
                         break
