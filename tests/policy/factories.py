@@ -26,8 +26,14 @@ SYSTEM = "/usr/lib/python3/dist-packages"
 ARM64 = Platform("linux", "arm64")
 
 
-def dist(name: str, version: str, *, env: str = ENV,
-         record: Iterable[tuple[str, str]] = (), suffix: str = "") -> Distribution:
+def dist(
+    name: str,
+    version: str,
+    *,
+    env: str = ENV,
+    record: Iterable[tuple[str, str]] = (),
+    suffix: str = "",
+) -> Distribution:
     """A distribution whose RECORD paths are given relative to ``env``."""
     canon = canonicalize_name(name)
     meta = f"{env}/{canon.replace('-', '_')}-{version}{suffix}.dist-info"
@@ -43,8 +49,15 @@ def environment(*dists: Distribution, path: str = ENV, python: str = "3.12.7") -
     return Environment(path=path, python=python, distributions=tuple(dists))
 
 
-def change(name: str, kind: ChangeKind, before: str | None, after: str | None, *,
-           env: str = ENV, causes: Iterable[Cause] = ()) -> Change:
+def change(
+    name: str,
+    kind: ChangeKind,
+    before: str | None,
+    after: str | None,
+    *,
+    env: str = ENV,
+    causes: Iterable[Cause] = (),
+) -> Change:
     return Change(env, canonicalize_name(name), kind, before, after, tuple(causes))
 
 
@@ -52,20 +65,29 @@ def cause(package: str, version: str, requirement: str) -> Cause:
     return Cause(canonicalize_name(package), version, requirement)
 
 
-def unmet(package: str, version: str, requirement: str, installed: str | None,
-          *, env: str = ENV) -> Unmet:
+def unmet(
+    package: str, version: str, requirement: str, installed: str | None, *, env: str = ENV
+) -> Unmet:
     return Unmet(env, canonicalize_name(package), version, requirement, installed)
 
 
-def step(index: int, created_by: str = "", *changes: Change,
-         unmet: Iterable[Unmet] = ()) -> Step:
-    return Step(index=index, created_by=created_by or f"/bin/sh -c step {index}",
-                layer_digest=f"sha256:{index:064x}", changes=tuple(changes), unmet=tuple(unmet))
+def step(index: int, created_by: str = "", *changes: Change, unmet: Iterable[Unmet] = ()) -> Step:
+    return Step(
+        index=index,
+        created_by=created_by or f"/bin/sh -c step {index}",
+        layer_digest=f"sha256:{index:064x}",
+        changes=tuple(changes),
+        unmet=tuple(unmet),
+    )
 
 
-def result(*envs: Environment, steps: Iterable[Step] = (), platform: Platform | None = ARM64,
-           incomplete: Iterable[Incomplete] = (), reference: str = "example/glm:latest",
-           ) -> AuditResult:
+def result(
+    *envs: Environment,
+    steps: Iterable[Step] = (),
+    platform: Platform | None = ARM64,
+    incomplete: Iterable[Incomplete] = (),
+    reference: str = "example/glm:latest",
+) -> AuditResult:
     final = Snapshot(environments=tuple(envs))
     steps = tuple(steps)
     return AuditResult(

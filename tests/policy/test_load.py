@@ -98,7 +98,11 @@ def test_full_policy_parses_into_typed_values(tmp_path: Path) -> None:
 
     (fi,) = policy.forbidden
     assert (fi.package, fi.reason, fi.link, fi.severity) == (
-        "flashinfer-python", "NaNs", "https://example.invalid/1", Severity.WARNING)
+        "flashinfer-python",
+        "NaNs",
+        "https://example.invalid/1",
+        Severity.WARNING,
+    )
     assert fi.scope.targets == ("sm_121",)
     assert fi.origin.line == 22
 
@@ -146,55 +150,114 @@ def test_glm_policy_encodes_the_known_facts() -> None:
     assert policy.rule("unpinned-prerelease").enabled
     assert policy.rule("downgrade").severity is Severity.ERROR
     assert {(c.package, c.requires) for c in policy.couplings} == {
-        ("flashinfer-python", "nvidia-cutlass-dsl"), ("nvidia-cutlass-dsl", "flashinfer-python")}
+        ("flashinfer-python", "nvidia-cutlass-dsl"),
+        ("nvidia-cutlass-dsl", "flashinfer-python"),
+    }
     assert str(POLICIES / "default.toml") in policy.files
 
 
 BAD = [
     # (id, text, line, fragment of the message)
     ("unknown top key", 'colour = "red"\n', 1, "unknown key 'colour'"),
-    ("unknown pin key", '[[pin]]\npackage = "a"\nversion = "1"\nversoin = "2"\n', 4,
-     "unknown key 'versoin'"),
+    (
+        "unknown pin key",
+        '[[pin]]\npackage = "a"\nversion = "1"\nversoin = "2"\n',
+        4,
+        "unknown key 'versoin'",
+    ),
     ("unknown rule", "[rules.no-such-rule]\nseverity = 'error'\n", 1, "unknown key 'no-such-rule'"),
     ("unknown rule key", "[rules.coupling]\nallow = ['x']\n", 2, "unknown key 'allow'"),
-    ("wrong type string", '[[pin]]\npackage = 3\nversion = "1"\n', 2, "expected a string, got int 3"),
+    (
+        "wrong type string",
+        '[[pin]]\npackage = 3\nversion = "1"\n',
+        2,
+        "expected a string, got int 3",
+    ),
     ("wrong type bool", "[rules.downgrade]\nenabled = 'yes'\n", 2, "expected true or false"),
     ("wrong type list", "[rules.downgrade]\nallow = [1, 2]\n", 2, "[1, 2]"),
     ("wrong type table", "rules = 3\n", 1, "expected a table, got 3"),
     ("pin not table", "pin = [1]\n", 1, "pin[0]: expected a table, got 1"),
-    ("bad specifier", '[[pin]]\npackage = "a"\nversion = ">>1.0"\n', 3,
-     "invalid version or specifier '>>1.0'"),
-    ("bad version", '[[forbidden]]\npackage = "a"\nversion = "1.0-foo-bar"\nreason = "r"\n', 3,
-     "invalid version or specifier '1.0-foo-bar'"),
-    ("empty version", '[[pin]]\npackage = "a"\nversion = ""\n', 3, "invalid version or specifier ''"),
-    ("bad marker", '[[pin]]\npackage = "a"\nversion = "1"\nmarker = "python_version >> \'3\'"\n', 4,
-     "invalid marker"),
-    ("bad name", '[[pin]]\npackage = "not a name"\nversion = "1"\n', 2,
-     "invalid package name 'not a name'"),
+    (
+        "bad specifier",
+        '[[pin]]\npackage = "a"\nversion = ">>1.0"\n',
+        3,
+        "invalid version or specifier '>>1.0'",
+    ),
+    (
+        "bad version",
+        '[[forbidden]]\npackage = "a"\nversion = "1.0-foo-bar"\nreason = "r"\n',
+        3,
+        "invalid version or specifier '1.0-foo-bar'",
+    ),
+    (
+        "empty version",
+        '[[pin]]\npackage = "a"\nversion = ""\n',
+        3,
+        "invalid version or specifier ''",
+    ),
+    (
+        "bad marker",
+        '[[pin]]\npackage = "a"\nversion = "1"\nmarker = "python_version >> \'3\'"\n',
+        4,
+        "invalid marker",
+    ),
+    (
+        "bad name",
+        '[[pin]]\npackage = "not a name"\nversion = "1"\n',
+        2,
+        "invalid package name 'not a name'",
+    ),
     ("bad severity", "[rules.downgrade]\nseverity = 'fatal'\n", 2, "invalid severity 'fatal'"),
     ("bad platform", "[rules.downgrade]\nplatforms = ['arm64']\n", 2, "invalid platform 'arm64'"),
-    ("missing reason", '[[forbidden]]\npackage = "a"\nversion = "1"\n', 1,
-     "missing required key 'reason'"),
-    ("bad requires", '[[coupling]]\npackage = "a"\nversion = "1"\nrequires = "b @ https://x"\n', 4,
-     "invalid requirement 'b @ https://x'"),
-    ("waiver unknown rule",
-     '[[waiver]]\npackage = "a"\nrule = "nope"\nreason = "r"\nexpires = 2030-01-01\n', 3,
-     "unknown rule 'nope'"),
-    ("waiver bad date",
-     '[[waiver]]\npackage = "a"\nrule = "downgrade"\nreason = "r"\nexpires = "soon"\n', 5,
-     "expected a date such as 2026-03-31, got 'soon'"),
-    ("waiver empty reason",
-     '[[waiver]]\npackage = "a"\nrule = "downgrade"\nreason = " "\nexpires = 2030-01-01\n', 4,
-     "a waiver needs a reason"),
-    ("invalid toml", 'a = \n', 1, "invalid TOML"),
-    ("second entry line", '[[pin]]\npackage = "a"\nversion = "1"\n\n[[pin]]\npackage = "b"\n'
-     'version = "~=x"\n', 7, "pin[1].version"),
-    ("inline table key", 'pin = [\n  {package = "a", version = "1"},\n  {package = "b", bad = 1},\n]\n',
-     3, "unknown key 'bad'"),
+    (
+        "missing reason",
+        '[[forbidden]]\npackage = "a"\nversion = "1"\n',
+        1,
+        "missing required key 'reason'",
+    ),
+    (
+        "bad requires",
+        '[[coupling]]\npackage = "a"\nversion = "1"\nrequires = "b @ https://x"\n',
+        4,
+        "invalid requirement 'b @ https://x'",
+    ),
+    (
+        "waiver unknown rule",
+        '[[waiver]]\npackage = "a"\nrule = "nope"\nreason = "r"\nexpires = 2030-01-01\n',
+        3,
+        "unknown rule 'nope'",
+    ),
+    (
+        "waiver bad date",
+        '[[waiver]]\npackage = "a"\nrule = "downgrade"\nreason = "r"\nexpires = "soon"\n',
+        5,
+        "expected a date such as 2026-03-31, got 'soon'",
+    ),
+    (
+        "waiver empty reason",
+        '[[waiver]]\npackage = "a"\nrule = "downgrade"\nreason = " "\nexpires = 2030-01-01\n',
+        4,
+        "a waiver needs a reason",
+    ),
+    ("invalid toml", "a = \n", 1, "invalid TOML"),
+    (
+        "second entry line",
+        '[[pin]]\npackage = "a"\nversion = "1"\n\n[[pin]]\npackage = "b"\nversion = "~=x"\n',
+        7,
+        "pin[1].version",
+    ),
+    (
+        "inline table key",
+        'pin = [\n  {package = "a", version = "1"},\n  {package = "b", bad = 1},\n]\n',
+        3,
+        "unknown key 'bad'",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "line", "fragment"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"), [b[1:] for b in BAD], ids=[b[0] for b in BAD]
+)
 def test_bad_policy_is_a_config_error_with_file_and_line(
     tmp_path: Path, text: str, line: int, fragment: str
 ) -> None:
@@ -210,22 +273,33 @@ def test_bad_policy_is_a_config_error_with_file_and_line(
 
 def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:
     """One run lists all problems, sorted by line, instead of stopping at the first."""
-    path = write(tmp_path, "bad.toml",
-                 '[[pin]]\npackage = "a b"\nversion = ">>1"\nfoo = 1\n[rules.downgrade]\n'
-                 'severity = "fatal"\n')
+    path = write(
+        tmp_path,
+        "bad.toml",
+        '[[pin]]\npackage = "a b"\nversion = ">>1"\nfoo = 1\n[rules.downgrade]\n'
+        'severity = "fatal"\n',
+    )
     problems = check_policy_files([path])
     assert [p.line for p in problems] == [2, 3, 4, 6]
 
 
 def test_extend_resolves_relative_paths_and_merges_in_order(tmp_path: Path) -> None:
     """Extended files load first; later files override rule keys one by one; entries add up."""
-    write(tmp_path, "base/base.toml",
-          '[rules.downgrade]\nseverity = "warning"\nallow = ["pip"]\n'
-          '[[pin]]\npackage = "a"\nversion = "1"\n')
-    write(tmp_path, "base/mid.toml", 'extend = "base.toml"\n[[pin]]\npackage = "b"\nversion = "2"\n')
-    top = write(tmp_path, "top.toml",
-                'extend = ["base/mid.toml", "base/base.toml"]\n'
-                '[rules.downgrade]\nseverity = "error"\n[[pin]]\npackage = "c"\nversion = "3"\n')
+    write(
+        tmp_path,
+        "base/base.toml",
+        '[rules.downgrade]\nseverity = "warning"\nallow = ["pip"]\n'
+        '[[pin]]\npackage = "a"\nversion = "1"\n',
+    )
+    write(
+        tmp_path, "base/mid.toml", 'extend = "base.toml"\n[[pin]]\npackage = "b"\nversion = "2"\n'
+    )
+    top = write(
+        tmp_path,
+        "top.toml",
+        'extend = ["base/mid.toml", "base/base.toml"]\n'
+        '[rules.downgrade]\nseverity = "error"\n[[pin]]\npackage = "c"\nversion = "3"\n',
+    )
     policy = load_policy(top)
     assert [p.package for p in policy.pins] == ["a", "b", "c"]  # base once, despite the diamond
     down = policy.rule("downgrade")
@@ -241,8 +315,10 @@ def test_extend_cycle_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy(a)
     (problem,) = info.value.problems
-    assert problem.file.endswith("b.toml") and problem.line == 1
-    assert "cycle" in problem.message and "a.toml" in problem.message
+    assert problem.file.endswith("b.toml")
+    assert problem.line == 1
+    assert "cycle" in problem.message
+    assert "a.toml" in problem.message
 
 
 def test_extend_of_a_missing_file_points_at_the_extend_line(tmp_path: Path) -> None:
@@ -254,16 +330,22 @@ def test_extend_of_a_missing_file_points_at_the_extend_line(tmp_path: Path) -> N
 
 def test_pyproject_tool_table_with_lines(tmp_path: Path) -> None:
     """[tool.pinguard] in pyproject.toml is a policy; errors point at pyproject lines."""
-    good = write(tmp_path, "good/pyproject.toml",
-                 '[project]\nname = "x"\n\n[tool.pinguard]\nextend = "../pol.toml"\n'
-                 '[[tool.pinguard.pin]]\npackage = "a"\nversion = "1"\n')
+    good = write(
+        tmp_path,
+        "good/pyproject.toml",
+        '[project]\nname = "x"\n\n[tool.pinguard]\nextend = "../pol.toml"\n'
+        '[[tool.pinguard.pin]]\npackage = "a"\nversion = "1"\n',
+    )
     write(tmp_path, "pol.toml", '[[forbidden]]\npackage = "b"\nversion = "2"\nreason = "r"\n')
     policy = load_policy(good)
     assert [p.package for p in policy.pins] == ["a"]
     assert policy.pins[0].origin.line == 6
     assert [f.package for f in policy.forbidden] == ["b"]
-    bad = write(tmp_path, "bad/pyproject.toml",
-                '[project]\nname = "x"\n[tool.pinguard.rules.downgrade]\nseverity = 1\n')
+    bad = write(
+        tmp_path,
+        "bad/pyproject.toml",
+        '[project]\nname = "x"\n[tool.pinguard.rules.downgrade]\nseverity = 1\n',
+    )
     with pytest.raises(PolicyError, match=r"pyproject\.toml:4: rules\.downgrade\.severity"):
         load_policy(bad)
 
