@@ -33,7 +33,9 @@ MAIN = (
 )
 NIGHTLY = (
     WheelSpec("flashinfer-python", "0.6.18.dev20261120", ("torch>=2.12",)),
-    WheelSpec("flashinfer-python", "0.6.18.dev20261125", ("torch>=2.11", "nvidia-cutlass-dsl>=4.2")),
+    WheelSpec(
+        "flashinfer-python", "0.6.18.dev20261125", ("torch>=2.11", "nvidia-cutlass-dsl>=4.2")
+    ),
 )
 ENV = "/usr/local/lib/python3.12/dist-packages"
 PLATFORM = Platform("linux", "amd64")
@@ -91,8 +93,12 @@ BAD = Environment(
 def bad_result() -> AuditResult:
     """A three-step image: base, the good torch step, the nightly step that downgrades NCCL."""
     changes = (
-        Change(ENV, canonicalize_name("nvidia-nccl-cu13"), ChangeKind.DOWNGRADED, "2.30.3", "2.29.7"),
-        Change(ENV, canonicalize_name("nvidia-cutlass-dsl"), ChangeKind.DOWNGRADED, "4.3.0", "4.2.1"),
+        Change(
+            ENV, canonicalize_name("nvidia-nccl-cu13"), ChangeKind.DOWNGRADED, "2.30.3", "2.29.7"
+        ),
+        Change(
+            ENV, canonicalize_name("nvidia-cutlass-dsl"), ChangeKind.DOWNGRADED, "4.3.0", "4.2.1"
+        ),
     )
     steps = (
         Step(1, "/bin/sh -c #(nop) ADD file:abc in /", "sha256:1"),

@@ -19,7 +19,11 @@ from tests.resolve.conftest import ENV, bad_result
 def test_constraints_pin_the_pre_downgrade_versions() -> None:
     """The state just before the downgrading step is pinned whole, local labels kept."""
     cs = emit.build_constraints(bad_result())
-    assert cs.lines() == ["nvidia-cutlass-dsl==4.3.0", "nvidia-nccl-cu13==2.30.3", "torch==2.11.0+cu130"]
+    assert cs.lines() == [
+        "nvidia-cutlass-dsl==4.3.0",
+        "nvidia-nccl-cu13==2.30.3",
+        "torch==2.11.0+cu130",
+    ]
     assert cs.bad_step is not None
     assert cs.bad_step.index == 3
     assert cs.known_good_after == 2
@@ -100,7 +104,10 @@ def test_pyproject_round_trip_keeps_comments(tmp_path: Path, override: bool) -> 
 def test_pyproject_without_tool_table(tmp_path: Path) -> None:
     """A pyproject without [tool] gets a [tool.uv] table."""
     new = emit.update_pyproject('[project]\nname = "x"\n', emit.build_constraints(bad_result()))
-    assert tomlkit.parse(new)["tool"]["uv"]["constraint-dependencies"][0] == "nvidia-cutlass-dsl==4.3.0"  # type: ignore[index]
+    assert (
+        tomlkit.parse(new)["tool"]["uv"]["constraint-dependencies"][0]
+        == "nvidia-cutlass-dsl==4.3.0"
+    )  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -134,7 +141,9 @@ def test_check_reads_pyproject(tmp_path: Path) -> None:
     path = tmp_path / "pyproject.toml"
     path.write_text('[tool.uv]\nconstraint-dependencies = [\n  "nvidia-nccl-cu13==2.29.7",\n]\n')
     found = emit.check_constraints(
-        path, pins={}, forbidden=[(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("<2.30"), "r")]
+        path,
+        pins={},
+        forbidden=[(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("<2.30"), "r")],
     )
     assert [(p.line, p.constraint) for p in found] == [(3, "nvidia-nccl-cu13==2.29.7")]
     assert ENV

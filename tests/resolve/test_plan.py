@@ -13,11 +13,19 @@ from tests.resolve.conftest import GOOD, PLATFORM, Indexes
 def test_plan_predicts_the_downgrade(indexes: Indexes) -> None:
     """Installing the nightly into the good state downgrades NCCL and cutlass, caused by torch."""
     command = parse_command_line(
-        ["pip", "install", "--pre", "--extra-index-url", indexes.nightly.url,
-         "flashinfer-python==0.6.18.dev20261120"]
+        [
+            "pip",
+            "install",
+            "--pre",
+            "--extra-index-url",
+            indexes.nightly.url,
+            "flashinfer-python==0.6.18.dev20261120",
+        ]
     )
     assert command is not None
-    plan = plan_install(GOOD, command, index=IndexOptions(index_url=indexes.main.url), platform=PLATFORM)
+    plan = plan_install(
+        GOOD, command, index=IndexOptions(index_url=indexes.main.url), platform=PLATFORM
+    )
     kinds = {c.name: (c.kind, c.before, c.after) for c in plan.changes}
     assert kinds["nvidia-nccl-cu13"] == (ChangeKind.DOWNGRADED, "2.30.3", "2.29.7")
     assert kinds["nvidia-cutlass-dsl"] == (ChangeKind.DOWNGRADED, "4.3.0", "4.2.1")
@@ -30,8 +38,18 @@ def test_plan_predicts_the_downgrade(indexes: Indexes) -> None:
 def test_plan_of_a_harmless_step(indexes: Indexes) -> None:
     """The newer nightly changes nothing already installed."""
     command = parse_command_line(
-        ["uv", "pip", "install", "--prerelease", "allow", "--index-url", indexes.main.url,
-         "--extra-index-url", indexes.nightly.url, "flashinfer-python"]
+        [
+            "uv",
+            "pip",
+            "install",
+            "--prerelease",
+            "allow",
+            "--index-url",
+            indexes.main.url,
+            "--extra-index-url",
+            indexes.nightly.url,
+            "flashinfer-python",
+        ]
     )
     assert command is not None
     plan = plan_install(GOOD, command, platform=PLATFORM)
@@ -41,8 +59,16 @@ def test_plan_of_a_harmless_step(indexes: Indexes) -> None:
 @pytest.mark.parametrize(
     ("created_by", "reqs", "pre"),
     [
-        ("/bin/sh -c pip install --pre flashinfer-python==0.6.18.dev20261120", ["flashinfer-python==0.6.18.dev20261120"], True),
-        ("RUN |1 V=1 /bin/sh -c python3 -m pip install -U 'torch>=2' && pip check # buildkit", ["torch>=2"], False),
+        (
+            "/bin/sh -c pip install --pre flashinfer-python==0.6.18.dev20261120",
+            ["flashinfer-python==0.6.18.dev20261120"],
+            True,
+        ),
+        (
+            "RUN |1 V=1 /bin/sh -c python3 -m pip install -U 'torch>=2' && pip check # buildkit",
+            ["torch>=2"],
+            False,
+        ),
         ("/bin/sh -c uv pip install --system --prerelease=allow -r r.txt vllm", ["vllm"], True),
         ("/bin/sh -c #(nop)  ENV A=b", None, False),
     ],

@@ -66,7 +66,9 @@ def test_unsatisfiable_chain_through_torch(indexes: Indexes) -> None:
 
 def test_pip_tools_resolver(indexes: Indexes) -> None:
     """--resolver pip-tools reaches the same verdicts with pip's resolver."""
-    ok = verify_constraints(["torch"], WHOLE, index=opts(indexes), target=TARGET, resolver="pip-tools")
+    ok = verify_constraints(
+        ["torch"], WHOLE, index=opts(indexes), target=TARGET, resolver="pip-tools"
+    )
     assert ok.satisfiable
     bad = verify_constraints(BAD, WHOLE, index=opts(indexes), target=TARGET, resolver="pip-tools")
     assert not bad.satisfiable
@@ -99,8 +101,10 @@ error: No solution found when resolving dependencies
     ("text", "expected"),
     [
         (UV_TEXT, [("flashinfer-python", "0.6.18.dev20261120"), ("torch", "2.12.1")]),
-        (UV_TEXT.replace("error:", "  \u00d7").replace("cause:", "\u2570\u2500\u25b6"), [
-            ("flashinfer-python", "0.6.18.dev20261120"), ("torch", "2.12.1")]),
+        (
+            UV_TEXT.replace("error:", "  \u00d7").replace("cause:", "\u2570\u2500\u25b6"),
+            [("flashinfer-python", "0.6.18.dev20261120"), ("torch", "2.12.1")],
+        ),
         ("error: something else entirely", None),
     ],
 )

@@ -1,0 +1,221 @@
+"""`pinguard constraints`: write the known-good set as constraints, prove it with a resolver;
+`pinguard constraints check FILE...`: the pre-commit check of constraints files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from packaging.specifiers import SpecifierSet
+from packaging.utils import NormalizedName
+
+from pinguard.cli.common import FAIL_ON, add_image_options, add_policy_options, judge, run_audit
+from pinguard.errors import UsageError
+from pinguard.models import Severity
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "constraints",
+        help="emit constraints pinning the known-good set (or: constraints check FILE...)",
+        description="Write a constraints file pinning the whole known-good set of an image: by "
+        "default the state just before the first step that broke the policy (or just before "
+        "--step N), merged with the policy's pins. `pinguard constraints check FILE...` checks "
+        "constraints files against the policy instead (exit 0 clean, 1 problems, 2 usage).",
+    )
+    p.add_argument("operands", nargs="+", metavar="REF | check FILE...")
+    p.add_argument("--step", type=int, metavar="N", help="pin the state just before step N")
+    p.add_argument(
+        "--environment",
+        metavar="PATH",
+        help="site-packages to pin (default: the one the bad step changed)",
+    )
+    p.add_argument("--format", choices=("pip", "uv"), default="pip")
+    p.add_argument("--pyproject", metavar="PATH", help="pyproject.toml to update with --format uv")
+    p.add_argument("--override", action="store_true", help="write tool.uv override-dependencies")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="constraints file to write (default: stdout)"
+    )
+    g = p.add_argument_group("verification")
+    g.add_argument(
+        "--verify", action="store_true", help="prove the constraints with a real resolver"
+    )
+    g.add_argument("--resolver", choices=("uv", "pip-tools"), default="uv")
+    g.add_argument("--index-url", metavar="URL")
+    g.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
+    g.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
+    g.add_argument(
+        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
+    )
+    add_image_options(p)
+    add_policy_options(p)
+    p.set_defaults(func=run)
+
+
+def _policy_facts(
+    policy: Any, result: Any, targets: tuple[str, ...]
+) -> tuple[dict[NormalizedName, SpecifierSet], list[tuple[NormalizedName, SpecifierSet, str]]]:
+    """Plain pins and forbidden entries of a policy that apply to this run."""
+    platform = result.image.platform if result is not None else None
+    pins: dict[NormalizedName, SpecifierSet] = {}
+    for pin in policy.pins:
+        if not pin.scope.matches_run(platform, targets):
+            continue
+        pins[pin.package] = (
+            pins[pin.package] & pin.specifier if pin.package in pins else pin.specifier
+        )
+    forbidden = [
+        (f.package, f.specifier, f.reason)
+        for f in policy.forbidden
+        if f.scope.matches_run(platform, targets)
+    ]
+    return pins, forbidden
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.operands[0] == "check":
+        return run_check(args, args.operands[1:])
+    if len(args.operands) != 1:
+        raise UsageError("give one image reference (or: pinguard constraints check FILE...)")
+    from pinguard import emit
+    from pinguard.cli.common import load_policies
+
+    result = judge(run_audit(args, args.operands[0]), args)
+    policy = load_policies(args.policy)
+    pins, _ = _policy_facts(policy, result, tuple(args.target))
+    cs = emit.build_constraints(
+        result,
+        pins=pins,
+        step=args.step,
+        environment=args.environment,
+        policy_files=tuple(args.policy),
+        fail_on=FAIL_ON[args.fail_on] or Severity.ERROR,
+    )
+    report: TextIO = sys.stdout if (args.output or args.format == "uv") else sys.stderr
+    if args.format == "uv":
+        if not args.pyproject:
+            raise UsageError("--format uv needs --pyproject PATH (an existing pyproject.toml)")
+        emit.write_pyproject(args.pyproject, cs, override=args.override)
+        key = emit.UV_KEYS[args.override]
+        print(f"wrote [tool.uv] {key} ({len(cs.entries)} pins) to {args.pyproject}", file=report)
+    else:
+        text = emit.render_pip(cs)
+        if args.output:
+            emit.write_text(args.output, text)
+            print(f"wrote {len(cs.entries)} constraints to {args.output}", file=report)
+        else:
+            sys.stdout.write(text)
+    if cs.bad_step is not None:
+        print(f"known-good state: just before step {cs.bad_step.index} ({cs.reason})", file=report)
+    if not args.verify:
+        return 0
+    return verify(args, result, cs, report)
+
+
+def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
+    """Resolve every install step up to the bad one under the constraints."""
+    from pinguard.resolve import (
+        IndexOptions,
+        TargetEnvironment,
+        parse_install_commands,
+        verify_constraints,
+    )
+
+    env = next((e for e in result.final.environments if e.path == cs.environment), None)
+    target = TargetEnvironment(env.python if env else None, result.image.platform)
+    given = IndexOptions(
+        index_url=args.index_url,
+        extra_index_urls=tuple(args.extra_index_url),
+        find_links=tuple(args.find_links),
+        index_strategy=args.index_strategy,
+    )
+    lines = cs.lines()
+    code = 0
+    last = cs.bad_step.index if cs.bad_step is not None else None
+    for step in result.steps:
+        if last is not None and step.index > last:
+            break
+        for command in parse_install_commands(step.created_by):
+            if not command.requirements:
+                continue
+            index = given.merged(command.index)
+            if command.tool == "pip" and index.extra_index_urls and not index.index_strategy:
+                index = IndexOptions(**{**_fields(index), "index_strategy": "unsafe-best-match"})
+            v = verify_constraints(
+                list(command.requirements),
+                lines,
+                index=index,
+                target=target,
+                resolver=args.resolver,
+            )
+            is_bad = step.index == last
+            verdict = "satisfiable" if v.satisfiable else "UNSATISFIABLE"
+            print(
+                f"step {step.index}: {' '.join(command.requirements)}: {verdict} ({args.resolver})",
+                file=out,
+            )
+            for note in v.notes:
+                print(f"  note: {note}", file=out)
+            if v.satisfiable and is_bad:
+                print(
+                    "  the constraints do not stop this step: it stays within the known-good set",
+                    file=out,
+                )
+            if not v.satisfiable and not is_bad:
+                print(
+                    "  a step that built the known-good state no longer resolves: check indexes",
+                    file=out,
+                )
+                code = 1
+            if v.explanation is not None:
+                print(f"  why: {v.explanation.plain()}", file=out)
+                if v.alternatives:
+                    for alt in v.alternatives:
+                        print(
+                            f"  option: use {alt.package}=={alt.version}"
+                            " (its metadata agrees with the pins;"
+                            f" resolver: {'ok' if alt.verified else 'not tried'})",
+                            file=out,
+                        )
+                else:
+                    print(
+                        f"  option: no version of {v.explanation.culprit} on the index"
+                        " agrees with the pins",
+                        file=out,
+                    )
+                if v.override is not None:
+                    unmet = "; ".join(link.sentence() for link in v.override.unmet)
+                    state = "resolves" if v.override.satisfiable else "still does not resolve"
+                    print(
+                        f"  option: override {', '.join(v.override.overrides)} ({state});"
+                        f" then unmet: {unmet} - waive it in the policy",
+                        file=out,
+                    )
+            elif not v.satisfiable:
+                print("  resolver said:", file=out)
+                for line in v.output.strip().splitlines():
+                    print(f"    {line}", file=out)
+    return code
+
+
+def _fields(index: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(index, f.name) for f in dataclasses.fields(index)}
+
+
+def run_check(args: argparse.Namespace, files: list[str]) -> int:
+    from pinguard import emit
+    from pinguard.cli.common import load_policies
+
+    if not files:
+        raise UsageError("constraints check needs at least one FILE")
+    policy = load_policies(args.policy)
+    pins, forbidden = _policy_facts(policy, None, tuple(args.target))
+    problems: list[emit.CheckProblem] = []
+    for path in files:
+        problems.extend(emit.check_constraints(path, pins=pins, forbidden=forbidden))
+    for p in problems:
+        print(f"{p.file}:{p.line}: {p.constraint}: {p.message}")
+    return 1 if problems else 0
