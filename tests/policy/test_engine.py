@@ -323,6 +323,7 @@ def test_record_mismatch_is_opt_in_and_compares_digests() -> None:
             ("flashinfer/b.py", H1),
             ("flashinfer/c.py", H1),
             ("flashinfer/__pycache__/a.pyc", ""),
+            ("flashinfer_python-0.6.17.dist-info/METADATA", H1),
         ],
     )
     outside = ("/usr/local/bin/flashinfer", H1)

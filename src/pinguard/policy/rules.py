@@ -128,7 +128,7 @@ def forbidden_version(facts: Facts, forbidden: Iterable[Forbidden]) -> Iterator[
                 yield Hit(
                     "forbidden-version",
                     f"{dist.name} {dist.raw_version} is forbidden ({dist.name}{entry.specifier}): "
-                    f"{entry.reason}" + (f" [{entry.link}]" if entry.link else ""),
+                    f"{entry.reason}" + (f" (see {entry.link})" if entry.link else ""),
                     dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
                     frozenset({dist.name}), entry.severity, entry.origin,
                 )
@@ -144,7 +144,7 @@ def downgrade(facts: Facts, config: RuleConfig) -> Iterator[Hit]:
                 continue
             if config.packages and change.name not in config.packages:
                 continue
-            causes = "; ".join(
+            causes = " / ".join(
                 f"{c.package} {c.version} requires {c.requirement}" for c in change.causes
             )
             yield Hit(
@@ -173,8 +173,7 @@ def unpinned_prerelease(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
             kind = "nightly (dev release)" if version.is_devrelease else "pre-release"
             yield Hit(
                 "unpinned-prerelease",
-                f"{dist.name} {dist.raw_version} is a {kind} and no [[pin]] names that exact "
-                f"version",
+                f"{dist.name} {dist.raw_version} is a {kind} and no pin names that exact version",
                 dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
                 frozenset({dist.name}),
             )
@@ -300,14 +299,20 @@ def file_collision(facts: Facts) -> Iterator[Hit]:
             )
 
 
+def _in_metadata_dir(path: str) -> bool:
+    """Files of a .dist-info/.egg-info directory are read by the catalog, never hashed."""
+    return any(part.endswith((".dist-info", ".egg-info")) for part in path.split("/")[:-1])
+
+
 def record_mismatch(facts: Facts, file_digests: Mapping[str, str]) -> Iterator[Hit]:
     """Files whose actual digest differs from their RECORD, or that are gone.
 
     ``file_digests`` maps absolute file paths (the final state of the image) to
     ``"sha256=<urlsafe base64, no padding>"``, as the audit computes them with
     ``--verify-records``. A RECORD path inside its environment that has no digest is
-    reported missing; one outside it (a script in ``/usr/local/bin``, say) is checked only
-    when a digest is given. RECORD hashes of another algorithm are skipped.
+    reported missing, except the metadata directory's own files (the catalog reads those
+    instead of hashing them); one outside it (a script in ``/usr/local/bin``, say) is checked
+    only when a digest is given. RECORD hashes of another algorithm are skipped.
     """
     actual = file_digests
     for env in facts.environments:
@@ -320,7 +325,7 @@ def record_mismatch(facts: Facts, file_digests: Mapping[str, str]) -> Iterator[H
                     continue
                 have = actual.get(path)
                 if have is None:
-                    if path.startswith(inside):
+                    if path.startswith(inside) and not _in_metadata_dir(path):
                         missing.append(path)
                     continue
                 want_algo, want = _split(digest)

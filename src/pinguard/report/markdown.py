@@ -32,7 +32,7 @@ def _row(f: Finding) -> str:
         f"**{_ICON[f.severity]}**",
         _code(f.rule),
         _code(f.package or ""),
-        _cell(" -> ".join(f.versions)),
+        _cell((" -> " if f.rule == "downgrade" else ", ").join(f.versions)),
         "" if f.step is None else str(f.step),
         _code(f.environment or ""),
         _cell(f.message),
