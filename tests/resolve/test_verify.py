@@ -86,15 +86,20 @@ def test_index_lists_versions_html_and_json(indexes: Indexes, tmp_path: Path) ->
     assert [str(c.version) for c in found] == ["0.6.18.dev20261125"]
 
 
-UV_TEXT = """\
-error: No solution found when resolving dependencies
-  cause: Because torch>=2.12.1 depends on nvidia-nccl-cu13==2.29.7 and nvidia-nccl-cu13==2.30.3, we can conclude that torch>=2.12.1 cannot be used.
-         And because only the following versions of torch are available:
-             torch<2.12
-             torch>=2.12.1
-         we can conclude that torch>=2.12 cannot be used.
-         And because flashinfer-python==0.6.18.dev20261120 depends on torch>=2.12 and you require flashinfer-python==0.6.18.dev20261120, we can conclude that your requirements are unsatisfiable.
-"""
+UV_TEXT = "\n".join(
+    [
+        "error: No solution found when resolving dependencies",
+        "  cause: Because torch>=2.12.1 depends on nvidia-nccl-cu13==2.29.7 and"
+        " nvidia-nccl-cu13==2.30.3, we can conclude that torch>=2.12.1 cannot be used.",
+        "         And because only the following versions of torch are available:",
+        "             torch<2.12",
+        "             torch>=2.12.1",
+        "         we can conclude that torch>=2.12 cannot be used.",
+        "         And because flashinfer-python==0.6.18.dev20261120 depends on torch>=2.12 and"
+        " you require flashinfer-python==0.6.18.dev20261120, we can conclude that your"
+        " requirements are unsatisfiable.",
+    ]
+)
 
 
 @pytest.mark.parametrize(
