@@ -37,7 +37,7 @@ from tests.infra.build import (
 )
 from tests.infra.wheels import WheelSpec, build_wheels, wheel_bytes
 
-SCENARIO_VERSION = "2"
+SCENARIO_VERSION = "3"
 REPOSITORY = "localhost/pinguard-test/glm-serving"
 BAD_TAG = f"{REPOSITORY}:bad"
 GOOD_TAG = f"{REPOSITORY}:good"
@@ -286,7 +286,8 @@ class ScenarioImage:
 
 @dataclass(frozen=True)
 class Scenario:
-    """The built story: ``bad`` (with step C) and ``good`` (without)."""
+    """The built story: ``bad`` (with step C) and ``good`` (without); ``log`` holds both
+    build logs (kept in the cache when the images are reused)."""
 
     bad: ScenarioImage
     good: ScenarioImage
@@ -308,6 +309,11 @@ def fingerprint(base_image_id: str) -> str:
     h.update(dockerfile("BASE", STEPS).encode())
     h.update(dockerfile("BASE", GOOD_STEPS).encode())
     return h.hexdigest()[:32]
+
+
+def _log_path(fp: str, tag: str) -> Path:
+    """Where the build log of a fingerprinted image is kept, so reuse keeps the log too."""
+    return cache_dir() / f"scenario-{fp[:16]}-{tag.rsplit(':', 1)[1]}.log"
 
 
 def _image_id(ref: str) -> str:
@@ -349,8 +355,12 @@ def build_scenario(
                     tag,
                     {"INDEX_URL": index_url, "NIGHTLY_URL": nightly_url},
                 )
-                logs.append(result.log)
                 result.check()
+                for stale in cache_dir().glob(f"scenario-*-{tag.rsplit(':', 1)[1]}.log"):
+                    stale.unlink()
+                _log_path(fp, tag).write_text(result.log)
+            log = _log_path(fp, tag)
+            logs.append(log.read_text() if log.exists() else "")
             images[tag] = ScenarioImage(
                 tag=tag,
                 image_id=_image_id(tag),

@@ -263,9 +263,7 @@ def test_scenario_step_c_downgraded_nccl_in_bad_image_only(scenario: Scenario) -
 
 @pytest.mark.integration
 def test_scenario_step_c_log_shows_the_silent_break(scenario: Scenario) -> None:
-    """pip's own output for step C names the broken vllm requirement (when freshly built)."""
-    if scenario.bad.reused:
-        pytest.skip("images were reused from an earlier run; no build log this time")
+    """pip's own output for step C names the broken vllm requirement, and exits 0."""
     assert "vllm 0.11.0 requires torch==2.11.0" in scenario.log
     assert "Successfully installed" in scenario.log
 
