@@ -44,9 +44,11 @@ class Dist:
 
     def files(self) -> dict[str, bytes]:
         module = self.name.replace("-", "_")
-        payload = {f"{self.site}/{module}/__init__.py": f"__version__ = {self.version!r}\n".encode()}
+        payload = {
+            f"{self.site}/{module}/__init__.py": f"__version__ = {self.version!r}\n".encode()
+        }
         payload.update({f"{self.site}/{k}": v for k, v in self.extra_files.items()})
-        meta = [f"Metadata-Version: 2.1", f"Name: {self.name}", f"Version: {self.version}"]
+        meta = ["Metadata-Version: 2.1", f"Name: {self.name}", f"Version: {self.version}"]
         meta += [f"Requires-Dist: {r}" for r in self.requires]
         out = dict(payload)
         out[f"{self.dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
@@ -56,8 +58,8 @@ class Dist:
         rows = []
         for path, data in sorted(out.items()):
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            rows.append(f"{path[len(self.site) + 1:]},sha256={digest},{len(data)}")
-        rows.append(f"{self.dist_info[len(self.site) + 1:]}/RECORD,,")
+            rows.append(f"{path[len(self.site) + 1 :]},sha256={digest},{len(data)}")
+        rows.append(f"{self.dist_info[len(self.site) + 1 :]}/RECORD,,")
         out[f"{self.dist_info}/RECORD"] = ("\n".join(rows) + "\n").encode()
         return out
 
@@ -110,7 +112,11 @@ def _blob(out: dict[str, bytes], data: bytes) -> tuple[str, int]:
 
 
 def write_oci_archive(
-    layers: Sequence[Layer], path: Path, *, tag: str = "latest", architecture: str = "amd64",
+    layers: Sequence[Layer],
+    path: Path,
+    *,
+    tag: str = "latest",
+    architecture: str = "amd64",
     empty_steps: Mapping[int, str] | None = None,
 ) -> str:
     """Write an oci-archive with one gzip layer per ``Layer``; return the manifest digest.
@@ -123,13 +129,19 @@ def write_oci_archive(
     for i, layer in enumerate(layers):
         for pos, text in sorted((empty_steps or {}).items()):
             if pos == i:
-                history.append({"created": "2025-11-29T00:00:00Z", "created_by": text, "empty_layer": True})
+                history.append(
+                    {"created": "2025-11-29T00:00:00Z", "created_by": text, "empty_layer": True}
+                )
         tar = layer_tar(layer)
         diff_ids.append("sha256:" + hashlib.sha256(tar).hexdigest())
         gz = gzip.compress(tar, mtime=0)
         digest, size = _blob(blobs, gz)
         layer_descs.append(
-            {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest, "size": size}
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": digest,
+                "size": size,
+            }
         )
         history.append({"created": "2025-11-29T00:00:00Z", "created_by": layer.created_by})
     config = {
@@ -143,7 +155,11 @@ def write_oci_archive(
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cfg_digest, "size": cfg_size},
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": cfg_digest,
+            "size": cfg_size,
+        },
         "layers": layer_descs,
     }
     man_digest, man_size = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
@@ -185,22 +201,35 @@ def demo_layers() -> list[Layer]:
     cutlass_good = Dist("nvidia-cutlass-dsl", "4.3.0")
     cutlass_bad = Dist("nvidia-cutlass-dsl", "4.2.1")
     torch_good = Dist(
-        "torch", "2.11.0+cu130",
-        requires=["nvidia-nccl-cu13<2.31,>=2.30; platform_system == 'Linux'", "nvidia-cutlass-dsl>=4.2"],
+        "torch",
+        "2.11.0+cu130",
+        requires=[
+            "nvidia-nccl-cu13<2.31,>=2.30; platform_system == 'Linux'",
+            "nvidia-cutlass-dsl>=4.2",
+        ],
         requested=True,
     )
     torch_new = Dist(
-        "torch", "2.12.1+cu130",
-        requires=["nvidia-nccl-cu13==2.29.7; platform_system == 'Linux'", "nvidia-cutlass-dsl==4.2.1"],
+        "torch",
+        "2.12.1+cu130",
+        requires=[
+            "nvidia-nccl-cu13==2.29.7; platform_system == 'Linux'",
+            "nvidia-cutlass-dsl==4.2.1",
+        ],
     )
     flashinfer = Dist(
-        "flashinfer-python", "0.6.18.dev20261120",
-        requires=["torch>=2.12", "nvidia-cutlass-dsl>=4.2"], requested=True,
+        "flashinfer-python",
+        "0.6.18.dev20261120",
+        requires=["torch>=2.12", "nvidia-cutlass-dsl>=4.2"],
+        requested=True,
     )
     pip = Dist("pip", "25.0.1", installer="")
     return [
-        Layer("/bin/sh -c #(nop) ADD file:python-3.12-slim-rootfs in / ", add=[pip],
-              files={"usr/local/lib/python3.12/os.py": b"# os\n"}),
+        Layer(
+            "/bin/sh -c #(nop) ADD file:python-3.12-slim-rootfs in / ",
+            add=[pip],
+            files={"usr/local/lib/python3.12/os.py": b"# os\n"},
+        ),
         Layer(
             "RUN /bin/sh -c pip install nvidia-nccl-cu13==2.30.3 nvidia-cutlass-dsl==4.3.0 "
             "torch==2.11.0+cu130 # buildkit",
@@ -222,8 +251,13 @@ def demo_layers() -> list[Layer]:
 def build_demo(out: Path, tag: str = "2026-11-29") -> str:
     """Write the demo archive to ``out``; return its manifest digest."""
     return write_oci_archive(
-        demo_layers(), out, tag=tag,
-        empty_steps={1: "ENV PIP_NO_CACHE_DIR=1", 3: "LABEL org.opencontainers.image.title=glm-serving"},
+        demo_layers(),
+        out,
+        tag=tag,
+        empty_steps={
+            1: "ENV PIP_NO_CACHE_DIR=1",
+            3: "LABEL org.opencontainers.image.title=glm-serving",
+        },
     )
 
 

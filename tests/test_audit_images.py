@@ -8,7 +8,6 @@ and check that each transport yields the same steps, changes, causes and unmet r
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,24 @@ TRANSPORTS = (
 )
 
 
-def _observed(result: AuditResult, index: int) -> set[tuple[str, str, str, str | None, str | None, str | None]]:
+def _observed(
+    result: AuditResult, index: int
+) -> set[tuple[str, str, str, str | None, str | None, str | None]]:
     step = next(s for s in result.steps if s.index == index)
     out = set()
     for c in step.changes:
-        cause = f"{c.causes[0].package} {c.causes[0].version}: {c.causes[0].requirement}" if c.causes else None
+        cause = (
+            f"{c.causes[0].package} {c.causes[0].version}: {c.causes[0].requirement}"
+            if c.causes
+            else None
+        )
         out.add((c.environment, c.name, c.kind.value, c.before, c.after, cause))
     return out
 
 
-def _expected(scenario: Scenario, key: str) -> set[tuple[str, str, str, str | None, str | None, str | None]]:
+def _expected(
+    scenario: Scenario, key: str
+) -> set[tuple[str, str, str, str | None, str | None, str | None]]:
     return {
         (c.environment, c.name, c.kind, c.before, c.after, c.cause)
         for c in scenario.bad.step(key).changes
@@ -56,9 +63,13 @@ def check_scenario(result: AuditResult, scenario: Scenario) -> None:
             # every expected change is there, with its nearest cause where one is expected
             for exp in _expected(scenario, step.key):
                 match = [o for o in observed if o[:5] == exp[:5]]
-                assert match, f"step {step.key} ({index}): missing {exp}; got {sorted(observed, key=str)}"
+                assert match, (
+                    f"step {step.key} ({index}): missing {exp}; got {sorted(observed, key=str)}"
+                )
                 if exp[5] is not None:
-                    assert match[0][5] == exp[5], f"step {step.key}: cause {match[0][5]!r} != {exp[5]!r}"
+                    assert match[0][5] == exp[5], (
+                        f"step {step.key}: cause {match[0][5]!r} != {exp[5]!r}"
+                    )
         elif step.empty_layer:
             assert observed == set()
         unmet = next(s for s in result.steps if s.index == index).unmet
@@ -66,7 +77,9 @@ def check_scenario(result: AuditResult, scenario: Scenario) -> None:
 
 
 @pytest.mark.parametrize("fixture", TRANSPORTS)
-def test_every_transport_sees_the_silent_downgrade(fixture: str, request: pytest.FixtureRequest, scenario: Scenario) -> None:
+def test_every_transport_sees_the_silent_downgrade(
+    fixture: str, request: pytest.FixtureRequest, scenario: Scenario
+) -> None:
     """Each reference kind reads the bad image to the same per-step changes and causes."""
     reference = request.getfixturevalue(fixture)
     result = audit_image(reference)
@@ -77,7 +90,9 @@ def test_every_transport_sees_the_silent_downgrade(fixture: str, request: pytest
     assert [c.package for c in nccl.causes] == ["torch", "flashinfer-python"]
 
 
-def test_daemon_and_bare_reference(scenario: Scenario, podman_api, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_daemon_and_bare_reference(
+    scenario: Scenario, podman_api, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     """docker-daemon: over podman's Docker API, and a bare NAME:TAG that says it used the daemon."""
     options = AuditOptions(source=SourceOptions(docker_host=podman_api.docker_host))
     result = audit_image(f"docker-daemon:{scenario.bad.tag}", options=options)
@@ -88,22 +103,56 @@ def test_daemon_and_bare_reference(scenario: Scenario, podman_api, monkeypatch: 
     check_scenario(bare, scenario)
 
 
-def test_good_image_passes_and_bad_fails(bad_image_registry: str, good_image_registry: str, tmp_path: Path) -> None:
+def test_good_image_passes_and_bad_fails(
+    bad_image_registry: str, good_image_registry: str, tmp_path: Path
+) -> None:
     """The default policy fails the bad image (exit 1) and passes the good one (exit 0)."""
     cache = str(tmp_path / "cache")
-    assert main(["audit", good_image_registry, "--cache-dir", cache, "--format", "json", "-o", str(tmp_path / "g.json")]) == 0
-    assert main(["audit", bad_image_registry, "--cache-dir", cache, "--format", "json", "-o", str(tmp_path / "b.json")]) == 1
+    assert (
+        main(
+            [
+                "audit",
+                good_image_registry,
+                "--cache-dir",
+                cache,
+                "--format",
+                "json",
+                "-o",
+                str(tmp_path / "g.json"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "audit",
+                bad_image_registry,
+                "--cache-dir",
+                cache,
+                "--format",
+                "json",
+                "-o",
+                str(tmp_path / "b.json"),
+            ]
+        )
+        == 1
+    )
     doc = json.loads((tmp_path / "b.json").read_text())
     rules = {(f["rule"], f["package"]) for f in doc["findings"]}
     assert ("downgrade", "nvidia-nccl-cu13") in rules
     unmet = [f for f in doc["findings"] if f["rule"] == "unmet-requirement"]
-    assert unmet and all("vllm" in f["message"] and "torch==2.11.0" in f["message"] for f in unmet)
+    assert unmet
+    assert all("vllm" in f["message"] for f in unmet)
+    assert all("torch==2.11.0" in f["message"] for f in unmet)
     import jsonschema
 
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
 
 
-def test_transports_agree_byte_for_byte(bad_image_oci: str, bad_image_oci_archive: str, tmp_path: Path) -> None:
+def test_transports_agree_byte_for_byte(
+    bad_image_oci: str, bad_image_oci_archive: str, tmp_path: Path
+) -> None:
     """Apart from the reference itself, two transports of one image give identical JSON."""
     docs = []
     for ref in (bad_image_oci, bad_image_oci_archive):
@@ -117,17 +166,21 @@ def test_transports_agree_byte_for_byte(bad_image_oci: str, bad_image_oci_archiv
 
 
 def test_venv_environment_has_its_python(bad_image_oci: str) -> None:
-    """The virtual environment made in a RUN step is its own environment, with pyvenv.cfg's Python."""
+    """A virtual environment made in a RUN step is its own environment, with pyvenv.cfg's Python."""
     result = audit_image(bad_image_oci)
     envs = {e.path: e for e in result.final.environments}
     venv = envs["/opt/venv/lib/python3.11/site-packages"]
-    assert venv.python is not None and venv.python.startswith("3.11.")
+    assert venv.python is not None
+    assert venv.python.startswith("3.11.")
     assert {d.name for d in venv.distributions} >= {"filelock"}
     system = [e for p, e in envs.items() if p.endswith("dist-packages")]
-    assert system and system[0].python == "3.11"
+    assert system
+    assert system[0].python == "3.11"
 
 
-def test_platform_missing_is_exit_3(bad_image_registry: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_platform_missing_is_exit_3(
+    bad_image_registry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Asking for a platform the image does not have fails with exit 3 and names what is there."""
     code = main(["audit", bad_image_registry, "--platform", "linux/s390x", "--no-cache"])
     err = capsys.readouterr().err
@@ -137,7 +190,9 @@ def test_platform_missing_is_exit_3(bad_image_registry: str, capsys: pytest.Capt
         assert code in (1, 3)
 
 
-def test_warm_cache_reads_no_layer(bad_image_registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warm_cache_reads_no_layer(
+    bad_image_registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A second audit of a registry image with a warm cache streams no blob."""
     options = AuditOptions(cache_dir=tmp_path / "c")
     first = audit_image(bad_image_registry, options=options)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from examples.make_demo_image import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from packaging.version import Version
 
-from examples.make_demo_image import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from pinguard.audit import AuditOptions, audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.diff import diff_environments, unmet_requirements
@@ -51,10 +51,19 @@ def test_empty_layers_are_steps_without_layers(demo: str) -> None:
     """ENV/LABEL history entries keep their position but have no layer and no changes."""
     result = audit_image(demo)
     assert [s.index for s in result.steps] == [1, 2, 3, 4, 5, 6]
-    assert [s.layer_digest is None for s in result.steps] == [False, True, False, False, True, False]
+    assert [s.layer_digest is None for s in result.steps] == [
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
 
 
-def test_json_is_valid_and_deterministic(demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_is_valid_and_deterministic(
+    demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two runs give identical bytes, valid against the shipped schema, verdict fail (exit 1)."""
     out1, out2 = tmp_path / "a.json", tmp_path / "b.json"
     assert main(["audit", demo, "--format", "json", "-o", str(out1), "--no-cache"]) == 1
@@ -68,10 +77,27 @@ def test_json_is_valid_and_deterministic(demo: str, tmp_path: Path, capsys: pyte
 
 def test_fail_on_never_passes(demo: str) -> None:
     """--fail-on never turns the same findings into exit 0."""
-    assert main(["audit", demo, "--no-cache", "--fail-on", "never", "--format", "json", "-o", "/dev/null"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                demo,
+                "--no-cache",
+                "--fail-on",
+                "never",
+                "--format",
+                "json",
+                "-o",
+                "/dev/null",
+            ]
+        )
+        == 0
+    )
 
 
-def test_cache_second_run_reads_no_layer(demo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_second_run_reads_no_layer(
+    demo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With a warm cache no blob is opened, and the result is the same."""
     cache = tmp_path / "cache"
     first = audit_image(demo, options=AuditOptions(cache_dir=cache))
@@ -111,10 +137,13 @@ def test_malformed_metadata_is_incomplete_and_fails(tmp_path: Path) -> None:
     """A dist-info whose METADATA lacks a Version is reported with its path and fails the gate."""
     site = "usr/lib/python3/dist-packages"
     layers = [
-        Layer("RUN base", files={
-            f"{site}/broken-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: broken\n",
-            "usr/lib/python3.11/os.py": b"",
-        }),
+        Layer(
+            "RUN base",
+            files={
+                f"{site}/broken-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: broken\n",
+                "usr/lib/python3.11/os.py": b"",
+            },
+        ),
     ]
     path = tmp_path / "x.tar"
     write_oci_archive(layers, path, tag="t")
@@ -129,19 +158,30 @@ def test_dist_packages_python_version_and_dpkg(tmp_path: Path) -> None:
     """Debian's dist-packages gets the system Python's version; dpkg status is read too."""
     site = "usr/lib/python3/dist-packages"
     status = (
-        b"Package: libnccl2\nStatus: install ok installed\nArchitecture: arm64\nVersion: 2.30.3-1+cuda13.0\n\n"
+        b"Package: libnccl2\nStatus: install ok installed\nArchitecture: arm64\n"
+        b"Version: 2.30.3-1+cuda13.0\n\n"
         b"Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n"
     )
     layers = [
-        Layer("RUN apt-get install", add=[Dist("six", "1.16.0", site=site)], files={
-            "usr/lib/python3.11/os.py": b"", "var/lib/dpkg/status": status,
-        }),
+        Layer(
+            "RUN apt-get install",
+            add=[Dist("six", "1.16.0", site=site)],
+            files={
+                "usr/lib/python3.11/os.py": b"",
+                "var/lib/dpkg/status": status,
+            },
+        ),
     ]
     path = tmp_path / "x.tar"
     write_oci_archive(layers, path, tag="t", architecture="arm64")
-    result = audit_image(f"oci-archive:{path}:t", options=AuditOptions(
-        source=__import__("pinguard.sources.interface", fromlist=["SourceOptions"]).SourceOptions(
-            platform=Platform("linux", "arm64"))))
+    result = audit_image(
+        f"oci-archive:{path}:t",
+        options=AuditOptions(
+            source=__import__(
+                "pinguard.sources.interface", fromlist=["SourceOptions"]
+            ).SourceOptions(platform=Platform("linux", "arm64"))
+        ),
+    )
     env = result.final.environments[0]
     assert (env.path, env.python) == (f"/{site}", "3.11")
     assert [(d.name, d.version) for d in result.final.debs] == [("libnccl2", "2.30.3-1+cuda13.0")]
@@ -162,8 +202,13 @@ def test_opaque_whiteout_hides_lower_layers(tmp_path: Path) -> None:
 
 
 def _dist(name: str, version: str, *requires: str, fp: str = "x") -> Distribution:
-    return Distribution(name=name, raw_version=version, metadata_path=f"/e/{name}-{version}.dist-info",  # type: ignore[arg-type]
-                        requires_dist=requires, fingerprint=fp)
+    return Distribution(
+        name=name,
+        raw_version=version,
+        metadata_path=f"/e/{name}-{version}.dist-info",  # type: ignore[arg-type]
+        requires_dist=requires,
+        fingerprint=fp,
+    )
 
 
 @pytest.mark.parametrize(
@@ -174,7 +219,11 @@ def _dist(name: str, version: str, *requires: str, fp: str = "x") -> Distributio
         ("0.6.18.dev20261120", "0.6.18", ChangeKind.UPGRADED),
         ("0.6.18rc1", "0.6.18.dev2", ChangeKind.DOWNGRADED),
         ("1.0", "1.0.0", ChangeKind.REINSTALLED),  # equal versions, different strings
-        ("weird-version", "other-weird", ChangeKind.UPGRADED),  # not PEP 440: reported, order unknown
+        (
+            "weird-version",
+            "other-weird",
+            ChangeKind.UPGRADED,
+        ),  # not PEP 440: reported, order unknown
     ],
 )
 def test_change_kinds_follow_pep440(before: str, after: str, kind: ChangeKind) -> None:
@@ -190,21 +239,37 @@ def test_change_kinds_follow_pep440(before: str, after: str, kind: ChangeKind) -
 def test_reinstall_same_version_different_files() -> None:
     """Same version, different RECORD fingerprint: reinstalled; identical: no change."""
     b = Environment("/e", "3.12", (_dist("p", "1.0", fp="a"),))
-    assert [c.kind for c in diff_environments(b, Environment("/e", "3.12", (_dist("p", "1.0", fp="b"),)), platform=None)[0]] == [ChangeKind.REINSTALLED]
+    assert [
+        c.kind
+        for c in diff_environments(
+            b, Environment("/e", "3.12", (_dist("p", "1.0", fp="b"),)), platform=None
+        )[0]
+    ] == [ChangeKind.REINSTALLED]
     assert diff_environments(b, b, platform=None)[0] == ()
 
 
 def test_unmet_respects_markers_and_prereleases() -> None:
     """Markers are evaluated for the environment's Python and platform; pre-releases can satisfy."""
-    env = Environment("/e", "3.11", (
-        _dist("app", "1", "win-only>=1; sys_platform == 'win32'", "old-py; python_version < '3.8'",
-              "nightly>=1.0.dev0", "missing", "arm-only; platform_machine == 'aarch64'"),
-        _dist("nightly", "1.1.dev3"),
-    ))
+    env = Environment(
+        "/e",
+        "3.11",
+        (
+            _dist(
+                "app",
+                "1",
+                "win-only>=1; sys_platform == 'win32'",
+                "old-py; python_version < '3.8'",
+                "nightly>=1.0.dev0",
+                "missing",
+                "arm-only; platform_machine == 'aarch64'",
+            ),
+            _dist("nightly", "1.1.dev3"),
+        ),
+    )
     names = [u.requirement for u in unmet_requirements(env, Platform("linux", "amd64"))]
     assert names == ["missing"]
     names_arm = [u.requirement for u in unmet_requirements(env, Platform("linux", "arm64"))]
-    assert sorted(names_arm) == ["arm-only; platform_machine == \"aarch64\"", "missing"]
+    assert sorted(names_arm) == ['arm-only; platform_machine == "aarch64"', "missing"]
 
 
 def test_dir_source_audits_a_venv(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ class Progress(Protocol):
 class AuditOptions:
     """How to audit, beyond where the image is."""
 
-    source: SourceOptions = SourceOptions()
+    source: SourceOptions = SourceOptions()  # noqa: RUF009 - frozen, so sharing it is safe
     cache_dir: Path | None = None  # None: no cache
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
@@ -59,9 +59,7 @@ class AuditOptions:
 def _analyze_one(source: ImageSource, layer: LayerRef, verify: bool) -> LayerAnalysis:
     stream = source.open_blob(layer)
     try:
-        return analyze_stream(
-            stream, digest=layer.digest, size=layer.size, select=selector(verify)
-        )
+        return analyze_stream(stream, digest=layer.digest, size=layer.size, select=selector(verify))
     finally:
         stream.close()
 
@@ -128,7 +126,7 @@ def _sequential(
     for layer, stream in source.iter_blobs(todo):
         tick: Callable[[int], None] | None = None
         if progress is not None:
-            tick = lambda n, layer=layer: progress.advance(layer, n)  # type: ignore[misc]  # noqa: E731
+            tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
         out[layer.digest] = analyze_stream(
             stream, digest=layer.digest, size=layer.size, select=selector(verify), progress=tick
         )
@@ -136,7 +134,9 @@ def _sequential(
             progress.done(layer)
     missing = wanted - set(out)
     if missing:
-        raise SourceError(f"the image source did not deliver layer(s): {', '.join(sorted(missing))}")
+        raise SourceError(
+            f"the image source did not deliver layer(s): {', '.join(sorted(missing))}"
+        )
     return out
 
 
@@ -184,7 +184,9 @@ def _diff_snapshots(
     unmet: list[Unmet] = []
     paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
     for path in paths:
-        c, u = diff_environments(before.environment(path), after.environment(path), platform=platform)
+        c, u = diff_environments(
+            before.environment(path), after.environment(path), platform=platform
+        )
         changes.extend(c)
         unmet.extend(u)
     return tuple(changes), tuple(unmet)

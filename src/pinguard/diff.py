@@ -52,7 +52,7 @@ def _applies(req: Requirement, env: Mapping[str, str]) -> bool:
         return True
     try:
         return req.marker.evaluate(dict(env))
-    except Exception:  # noqa: BLE001 - an unevaluable marker is treated as not applying
+    except Exception:
         return False
 
 
@@ -94,7 +94,8 @@ def diff_environments(
     platform: Platform | None,
 ) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
     """Changes from ``before`` to ``after`` (one environment) and newly unmet requirements."""
-    path = (after or before).path if (after or before) else ""
+    either = after if after is not None else before
+    path = either.path if either is not None else ""
     old = _pick(before.distributions) if before else {}
     new = _pick(after.distributions) if after else {}
     python = (after.python if after else None) or (before.python if before else None)
@@ -127,7 +128,9 @@ def diff_environments(
         )
     unmet_before = {(u.package, u.requirement) for u in unmet_requirements(before, platform)}
     unmet = tuple(
-        u for u in unmet_requirements(after, platform) if (u.package, u.requirement) not in unmet_before
+        u
+        for u in unmet_requirements(after, platform)
+        if (u.package, u.requirement) not in unmet_before
     )
     return tuple(changes), unmet
 

@@ -60,7 +60,9 @@ class State:
                 gone.append(p)
         if self.hashes:
             prefix = "/" if path == "/" else path + "/"
-            for p in [p for p in self.hashes if p.startswith(prefix) or (p == path and not keep_root)]:
+            for p in [
+                p for p in self.hashes if p.startswith(prefix) or (p == path and not keep_root)
+            ]:
                 del self.hashes[p]
         return gone
 

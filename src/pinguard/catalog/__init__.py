@@ -57,7 +57,8 @@ class Catalog:
                 debs = debs or dpkg.STATUS.startswith(prefix)
         for meta in dirs:
             present = meta in files or any(
-                f"{meta}/{name}" in files for name in (*python.DIST_INFO_FILES, *python.EGG_INFO_FILES)
+                f"{meta}/{name}" in files
+                for name in (*python.DIST_INFO_FILES, *python.EGG_INFO_FILES)
             )
             if not present:
                 self._dists.pop(meta, None)
@@ -68,7 +69,9 @@ class Catalog:
             status = files.get(dpkg.STATUS)
             self._debs = dpkg.parse_status(status) if status is not None else ()
 
-    def snapshot(self, files: Mapping[str, bytes], file_hashes: Mapping[str, str] | None = None) -> Snapshot:
+    def snapshot(
+        self, files: Mapping[str, bytes], file_hashes: Mapping[str, str] | None = None
+    ) -> Snapshot:
         markers = python.python_markers(files)
         by_env: dict[str, list[Distribution]] = {}
         incomplete: list[Incomplete] = []

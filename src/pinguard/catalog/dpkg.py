@@ -24,6 +24,8 @@ def parse_status(data: bytes) -> tuple[DebPackage, ...]:
             fields[key.strip().lower()] = value.strip()
         if "package" in fields and fields.get("status", "").endswith(" installed"):
             out.append(
-                DebPackage(fields["package"], fields.get("version", ""), fields.get("architecture", ""))
+                DebPackage(
+                    fields["package"], fields.get("version", ""), fields.get("architecture", "")
+                )
             )
     return tuple(sorted(out, key=lambda p: (p.name, p.architecture)))

@@ -33,7 +33,9 @@ _PY_LIB = re.compile(r"/lib/python(3\.\d+)/")
 _PY_MARKER = re.compile(r"^(.*)/lib/python(3\.\d+)/os\.py$")
 # Files of the internal reinstall fingerprint are those a reinstall of identical bytes
 # rewrites differently (bytecode embeds mtimes; installer bookkeeping).
-_FINGERPRINT_SKIP = re.compile(r"(\.pyc$|\.dist-info/(RECORD|INSTALLER|REQUESTED|direct_url\.json)$)")
+_FINGERPRINT_SKIP = re.compile(
+    r"(\.pyc$|\.dist-info/(RECORD|INSTALLER|REQUESTED|direct_url\.json)$)"
+)
 
 
 def metadata_dir(path: str) -> str | None:
@@ -149,7 +151,7 @@ def parse_distribution(
         return None, [Incomplete(meta_dir, "no METADATA/PKG-INFO file")]
     try:
         raw, unparsed = parse_email(metadata)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is data, not a crash
+    except Exception as exc:
         return None, [Incomplete(meta_dir, f"unreadable metadata: {exc}")]
     name, version = raw.get("name"), raw.get("version")
     if not name or not version:

@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("reference", metavar="REF")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
-    p.add_argument("--dockerfile", metavar="PATH", help="point SARIF results at this Dockerfile's lines")
+    p.add_argument(
+        "--dockerfile", metavar="PATH", help="point SARIF results at this Dockerfile's lines"
+    )
     add_image_options(p)
     add_policy_options(p)
     p.set_defaults(func=run)
@@ -71,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
         from pinguard.report import table
 
         console = Console() if sys.stdout.isatty() else Console(width=140)
-        table.render(result, console, fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete)
+        table.render(
+            result, console, fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete
+        )
     else:
         text = render(result, args, args.format)
         if args.output:

@@ -18,13 +18,20 @@ from pinguard.errors import UsageError
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
 
-FAIL_ON = {"error": Severity.ERROR, "warning": Severity.WARNING, "info": Severity.INFO, "never": None}
+FAIL_ON = {
+    "error": Severity.ERROR,
+    "warning": Severity.WARNING,
+    "info": Severity.INFO,
+    "never": None,
+}
 
 
 def parse_platform(text: str) -> Platform:
     parts = text.split("/")
     if len(parts) not in (2, 3) or not all(parts):
-        raise UsageError(f"invalid --platform {text!r}: expected os/arch[/variant], e.g. linux/arm64")
+        raise UsageError(
+            f"invalid --platform {text!r}: expected os/arch[/variant], e.g. linux/arm64"
+        )
     return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
 
 
@@ -32,21 +39,43 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("image")
     g.add_argument("--platform", help="os/arch[/variant] to pick from a multi-platform image")
     g.add_argument(
-        "--insecure-registry", action="append", default=[], metavar="HOST",
+        "--insecure-registry",
+        action="append",
+        default=[],
+        metavar="HOST",
         help="allow plain HTTP for this registry (loopback registries always may)",
     )
-    g.add_argument("--cache-dir", type=Path, help="per-layer analysis cache (default: user cache dir)")
+    g.add_argument(
+        "--cache-dir", type=Path, help="per-layer analysis cache (default: user cache dir)"
+    )
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the layer cache")
-    g.add_argument("--verify-records", action="store_true", help="hash every installed file against RECORD")
-    g.add_argument("--jobs", type=int, default=0, help="layer worker processes (default: one per core)")
+    g.add_argument(
+        "--verify-records", action="store_true", help="hash every installed file against RECORD"
+    )
+    g.add_argument(
+        "--jobs", type=int, default=0, help="layer worker processes (default: one per core)"
+    )
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("policy")
-    g.add_argument("--policy", action="append", default=[], metavar="FILE", help="policy file (repeatable)")
-    g.add_argument("--target", action="append", default=[], metavar="T", help="build target, e.g. sm_121")
-    g.add_argument("--fail-on", choices=sorted(FAIL_ON), default="error", help="lowest severity that fails (default: error)")
-    g.add_argument("--allow-incomplete", action="store_true", help="do not fail when something could not be read")
+    g.add_argument(
+        "--policy", action="append", default=[], metavar="FILE", help="policy file (repeatable)"
+    )
+    g.add_argument(
+        "--target", action="append", default=[], metavar="T", help="build target, e.g. sm_121"
+    )
+    g.add_argument(
+        "--fail-on",
+        choices=sorted(FAIL_ON),
+        default="error",
+        help="lowest severity that fails (default: error)",
+    )
+    g.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="do not fail when something could not be read",
+    )
 
 
 class _RichProgress:
@@ -54,8 +83,12 @@ class _RichProgress:
 
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-            console=console, transient=True,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=console,
+            transient=True,
         )
         self._tasks: dict[str, Any] = {}
 

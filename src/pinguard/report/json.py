@@ -33,7 +33,10 @@ def finding_sort_key(f: Finding) -> tuple[Any, ...]:
 
 
 def to_dict(
-    result: AuditResult, *, fail_on: Severity | None = Severity.ERROR, allow_incomplete: bool = False
+    result: AuditResult,
+    *,
+    fail_on: Severity | None = Severity.ERROR,
+    allow_incomplete: bool = False,
 ) -> dict[str, Any]:
     image = result.image
     steps = []
@@ -51,7 +54,11 @@ def to_dict(
                         "before": c.before,
                         "after": c.after,
                         "causes": [
-                            {"package": x.package, "version": x.version, "requirement": x.requirement}
+                            {
+                                "package": x.package,
+                                "version": x.version,
+                                "requirement": x.requirement,
+                            }
                             for x in c.causes
                         ],
                     }
@@ -65,7 +72,9 @@ def to_dict(
                         "requirement": u.requirement,
                         "installed": u.installed,
                     }
-                    for u in sorted(step.unmet, key=lambda u: (u.environment, u.package, u.requirement))
+                    for u in sorted(
+                        step.unmet, key=lambda u: (u.environment, u.package, u.requirement)
+                    )
                 ],
             }
         )
@@ -111,6 +120,12 @@ def to_dict(
 
 
 def render(
-    result: AuditResult, *, fail_on: Severity | None = Severity.ERROR, allow_incomplete: bool = False
+    result: AuditResult,
+    *,
+    fail_on: Severity | None = Severity.ERROR,
+    allow_incomplete: bool = False,
 ) -> str:
-    return json.dumps(to_dict(result, fail_on=fail_on, allow_incomplete=allow_incomplete), indent=2) + "\n"
+    return (
+        json.dumps(to_dict(result, fail_on=fail_on, allow_incomplete=allow_incomplete), indent=2)
+        + "\n"
+    )

@@ -27,7 +27,7 @@ def _short(command: str, width: int = 110) -> str:
     text = " ".join(command.split())
     for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -41,8 +41,11 @@ def render(
     image = result.image
     console.print(
         Text.assemble(
-            ("image ", "bold"), image.reference, "  ",
-            (image.manifest_digest or "", "dim"), "  ",
+            ("image ", "bold"),
+            image.reference,
+            "  ",
+            (image.manifest_digest or "", "dim"),
+            "  ",
             (str(image.platform) if image.platform else "", "dim"),
         )
     )
@@ -70,7 +73,9 @@ def render(
                 if c.before and c.after and c.before != c.after
                 else (c.after or c.before or "")
             )
-            why = "  <-  ".join(f"{x.package} {x.version} requires {x.requirement}" for x in c.causes)
+            why = "  <-  ".join(
+                f"{x.package} {x.version} requires {x.requirement}" for x in c.causes
+            )
             table.add_row(
                 c.environment, c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why
             )
@@ -95,11 +100,18 @@ def render(
         table = Table(title="findings", title_justify="left")
         for col in ("severity", "rule", "step", "package", "message"):
             table.add_column(col, overflow="fold")
-        for f in sorted(result.findings, key=lambda f: (-f.severity.rank, f.step or 0, f.package or "", f.rule)):
-            sev = Text(f.severity.value + (" (waived)" if f.waived else ""), style=_SEV_STYLE[f.severity] if not f.waived else "dim")
+        for f in sorted(
+            result.findings, key=lambda f: (-f.severity.rank, f.step or 0, f.package or "", f.rule)
+        ):
+            sev = Text(
+                f.severity.value + (" (waived)" if f.waived else ""),
+                style=_SEV_STYLE[f.severity] if not f.waived else "dim",
+            )
             table.add_row(sev, f.rule, str(f.step or ""), f.package or "", f.message)
         console.print(table)
     for item in result.incomplete:
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
     verdict = result.verdict(fail_on, allow_incomplete)
-    console.print(Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red"))
+    console.print(
+        Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red")
+    )

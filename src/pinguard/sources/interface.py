@@ -32,7 +32,8 @@ class SourceOptions:
 
     platform: Platform | None = None  # None: linux and this machine's architecture
     insecure_registries: tuple[str, ...] = ()
-    docker_config: str | None = None  # directory holding config.json; None: $DOCKER_CONFIG or ~/.docker
+    # directory holding config.json; None: $DOCKER_CONFIG or ~/.docker
+    docker_config: str | None = None
     docker_host: str | None = None  # None: $DOCKER_HOST or unix:///var/run/docker.sock
     timeout: float = 60.0
     max_retries: int = 4
