@@ -155,7 +155,9 @@ class ScenarioStep:
     key: str
     instruction: str
     changes: tuple[ExpectedChange, ...] = ()
-    unmet_after: tuple[str, ...] = ()  # "package version: requirement" not met after it
+    # "package version: requirement" that this step leaves unmet for the first time (it
+    # stays unmet in every later step: nothing in the scenario repairs it)
+    unmet_after: tuple[str, ...] = ()
 
     @property
     def empty_layer(self) -> bool:

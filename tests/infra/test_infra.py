@@ -15,6 +15,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -172,12 +173,12 @@ def test_build_reaches_loopback_index_and_reports_failing_step(
     unsatisfiable install fails the build at that step without raising."""
     build_wheel(WheelSpec("filelock", "3.16.1"), tmp_path / "w")
     index = serve_wheels(tmp_path / "w")
-    tag = "localhost/pinguard-test/infra-probe:fail"
+    tag = f"localhost/pinguard-test/infra-probe:fail-{os.getpid()}"
     text = (
         f"FROM {base_image}\nARG INDEX_URL\nRUN pip install --index-url $INDEX_URL filelock\n"
         "RUN pip install --index-url $INDEX_URL filelock==9.9.9\n"
     )
-    result = build_image(tmp_path / "ctx", text, tag, {"INDEX_URL": index.url})
+    result = build_image(tmp_path / "ctx", text, tag, {"INDEX_URL": index.url}, layers=False)
     try:
         assert not result.ok
         assert result.failed_step == 4
@@ -193,7 +194,7 @@ def test_scratch_image_copies_site_packages_per_step(tmp_path: Path) -> None:
     require_build_tools()
     a = build_wheel(WheelSpec("alpha", "1.0"), tmp_path / "w")
     b = build_wheel(WheelSpec("beta", "2.0", ("alpha>=1",)), tmp_path / "w")
-    tag = "localhost/pinguard-test/infra-probe:scratch"
+    tag = f"localhost/pinguard-test/infra-probe:scratch-{os.getpid()}"
     result = build_scratch_image(tmp_path / "build", tag, [[a], [b]])
     try:
         assert result.ok, result.log
@@ -240,6 +241,7 @@ def test_scenario_step_c_downgraded_nccl_in_bad_image_only(scenario: Scenario) -
         bad = _dist_infos(root, SITE)
         venv = _dist_infos(root, VENV_SITE)
         libnccl = (root / SITE.lstrip("/") / "nvidia/nccl/lib/libnccl.so.2").read_text()
+        rebuilt_msgspec = (root / SITE.lstrip("/") / "msgspec/_x.py").exists()
     with mounted_image(scenario.good.tag) as root:
         good = _dist_infos(root, SITE)
     assert {
@@ -251,6 +253,7 @@ def test_scenario_step_c_downgraded_nccl_in_bad_image_only(scenario: Scenario) -
     } <= bad
     assert "nvidia_nccl_cu13-2.30.3.dist-info" not in bad
     assert libnccl == "NCCL 2.29.7\n"
+    assert rebuilt_msgspec  # step E reinstalled msgspec 0.19.0 from the nightly rebuild
     assert {
         "nvidia_nccl_cu13-2.30.3.dist-info",
         "nvidia_cutlass_dsl-4.3.0.dist-info",
