@@ -20,16 +20,25 @@ import posixpath
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 from pinguard.errors import BlobVerificationError, LayerError
 
 try:  # isal inflates about twice as fast as zlib; optional on non-CPython
     from isal import igzip as _igzip
+    from isal import isal_zlib as _isal_zlib
 except ImportError:  # pragma: no cover - exercised only without isal
     _igzip = None  # type: ignore[assignment]
+    _isal_zlib = None  # type: ignore[assignment]
+
+_ISAL_ERRORS: tuple[type[BaseException], ...] = (
+    (cast(type[BaseException], _isal_zlib.error),) if _isal_zlib is not None else ()
+)
+_DECOMPRESS_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, *_ISAL_ERRORS)
 
 CHUNK = 1 << 20
+IN_CHUNK = 1 << 20  # compressed bytes per read from the blob stream
+OUT_CHUNK = 4 << 20  # decompressed bytes per chunk at most (memory stays flat)
 BLOCK = 512
 
 # Member kinds a selector may ask for.
@@ -152,7 +161,7 @@ class _ZstdReader:
         import zstandard
 
         self._reader = zstandard.ZstdDecompressor().stream_reader(
-            raw, read_size=CHUNK, read_across_frames=True
+            cast(Any, raw), read_size=CHUNK, read_across_frames=True
         )
 
     def read(self, n: int = -1, /) -> bytes:
@@ -191,9 +200,8 @@ def decompressed(raw: _Readable) -> _Readable:
     head = raw.read(4)
     peek = _PeekReader(raw, head)
     if head[:2] == b"\x1f\x8b":
-        if _igzip is not None:
-            return _igzip.IGzipFile(fileobj=peek, mode="rb")  # type: ignore[arg-type]
-        return gzip.GzipFile(fileobj=peek, mode="rb")  # type: ignore[arg-type]
+        opener: Any = _igzip.IGzipFile if _igzip is not None else gzip.GzipFile
+        return cast(_Readable, opener(fileobj=peek, mode="rb"))
     if head == b"\x28\xb5\x2f\xfd":
         return _ZstdReader(peek)
     return peek
@@ -248,16 +256,30 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
-class _Buffer:
-    __slots__ = ("buf", "pos", "reader", "total")
+class _Chunks:
+    """Decompressed chunks with a cursor: what the tar walk reads from.
 
-    def __init__(self, reader: _Readable) -> None:
-        self.reader = reader
+    Members that fit in the current chunk are skipped by moving ``pos``; nothing is joined
+    or copied except a header or a captured file that straddles two chunks.
+    """
+
+    __slots__ = ("buf", "it", "pos", "total")
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.it = chunks
         self.buf = b""
         self.pos = 0
         self.total = 0
 
+    def _next(self) -> bytes:
+        for chunk in self.it:
+            if chunk:
+                self.total += len(chunk)
+                return chunk
+        return b""
+
     def take(self, n: int) -> bytes:
+        """The next ``n`` bytes (fewer only at the end of the stream)."""
         end = self.pos + n
         if end <= len(self.buf):
             data = self.buf[self.pos : end]
@@ -266,50 +288,202 @@ class _Buffer:
         parts = [self.buf[self.pos :]]
         have = len(parts[0])
         while have < n:
-            chunk = self.reader.read(max(CHUNK, n - have))
+            chunk = self._next()
             if not chunk:
                 break
-            self.total += len(chunk)
+            need = n - have
+            if len(chunk) > need:
+                parts.append(chunk[:need])
+                self.buf = chunk
+                self.pos = need
+                return b"".join(parts)
             parts.append(chunk)
             have += len(chunk)
-        joined = b"".join(parts)
-        self.buf = joined[n:]
+        self.buf = b""
         self.pos = 0
-        return joined[:n]
+        return b"".join(parts)
 
-    def skip(self, n: int, sink: Callable[[bytes], object] | None = None) -> None:
+    def skip(self, n: int, sink: Callable[[memoryview], object] | None = None) -> bool:
+        """Pass over ``n`` bytes (feeding them to ``sink``); False if the stream ends first."""
         avail = len(self.buf) - self.pos
         if n <= avail:
             if sink is not None:
-                sink(self.buf[self.pos : self.pos + n])
+                sink(memoryview(self.buf)[self.pos : self.pos + n])
             self.pos += n
-            return
-        if sink is not None and avail:
-            sink(self.buf[self.pos :])
+            return True
+        if sink is not None and avail > 0:
+            sink(memoryview(self.buf)[self.pos :])
         n -= avail
-        self.buf = b""
-        self.pos = 0
-        while n > 0:
-            chunk = self.reader.read(CHUNK)
+        while True:
+            chunk = self._next()
             if not chunk:
-                raise LayerError("layer tar ends inside a member (truncated)")
-            self.total += len(chunk)
-            if len(chunk) > n:
+                self.buf = b""
+                self.pos = 0
+                return n == 0
+            if len(chunk) >= n:
                 if sink is not None:
-                    sink(chunk[:n])
+                    sink(memoryview(chunk)[:n])
                 self.buf = chunk
                 self.pos = n
-                return
+                return True
             if sink is not None:
-                sink(chunk)
+                sink(memoryview(chunk))
             n -= len(chunk)
 
     def drain(self) -> None:
+        self.buf = b""
+        self.pos = 0
+        while self._next():
+            pass
+
+
+_ZERO_BLOCK = bytes(BLOCK)
+_REGULAR = (b"0", b"\0", b"7")
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
+_META = (b"x", b"g", b"L", b"K")
+
+
+def _path(name: str) -> str:
+    """``normalize`` with a fast path for the usual 'usr/lib/x' names."""
+    if name and name[0] not in "./" and "//" not in name and "/." not in name and name[-1] != "/":
+        return "/" + name
+    return normalize(name)
+
+
+def _checksum_ok(header: bytes) -> bool:
+    """The header checksum, as tarfile checks it (unsigned or signed byte sums)."""
+    field_ = header[148:156]
+    if header[154] in (0, 32):
+        try:
+            stored = int(field_[:6], 8)
+        except ValueError:
+            stored = _number(field_)
+    else:
+        stored = _number(field_)
+    # adler32's low half is 1 + sum(bytes) mod 65521: a C-speed byte sum. A header whose
+    # stored sum is off by exactly 65521 slips through; the blob digest still covers it.
+    unsigned = (zlib.adler32(header) & 0xFFFF) - 1 - sum(field_) + 256
+    if (stored - unsigned) % 65521 == 0:
+        return True
+    exact = sum(header) - sum(field_) + 256
+    signed = exact - 256 * sum(1 for b in header if b >= 128) + 256 * sum(
+        1 for b in field_ if b >= 128
+    )
+    return stored in (exact, signed)
+
+
+def _walk(
+    src: _Chunks, select: Selector, everything: bool, counter: list[int]
+) -> Iterator[Member]:
+    """The tar walk. With ``everything`` false only members ``select`` keeps and whiteout
+    candidates are yielded (the rest are counted in ``counter[0]`` and passed over)."""
+    pending: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+    members = 0
+    try:
         while True:
-            chunk = self.reader.read(CHUNK)
-            if not chunk:
+            buf = src.buf
+            pos = src.pos
+            end = pos + BLOCK
+            if end <= len(buf):
+                header = buf[pos:end]
+                src.pos = end
+            else:
+                header = src.take(BLOCK)
+                if len(header) < BLOCK:
+                    if not header:
+                        return  # tolerated: no end-of-archive blocks
+                    raise LayerError("layer tar ends inside a header (truncated)")
+            if header == _ZERO_BLOCK:
+                src.drain()
                 return
-            self.total += len(chunk)
+            if not _checksum_ok(header):
+                raw_name = header[0:100].split(b"\0", 1)[0]
+                raise LayerError(f"bad tar header checksum (header names {raw_name!r})")
+            typeflag = header[156:157]
+            if header[135] in (0, 32):
+                try:
+                    size = int(header[124:135], 8)
+                except ValueError:
+                    size = _number(header[124:136])
+            else:
+                size = _number(header[124:136])
+            padded = (size + 511) & ~511
+            if typeflag in _META:
+                data = src.take(padded)[:size]
+                if len(data) < size:
+                    raise LayerError("layer tar ends inside an extended header (truncated)")
+                if typeflag == b"x":
+                    pending.update(_pax(data))
+                elif typeflag == b"L":
+                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif typeflag == b"K":
+                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                continue  # "g" (global PAX) carries nothing we use
+            members += 1
+            nul = header.find(0, 0, 100)
+            name_b = header[:nul] if nul >= 0 else header[:100]
+            if header[345] and header[257:263] == b"ustar\x00":
+                prefix = header[345:500].split(b"\0", 1)[0]
+                name_b = prefix + b"/" + name_b
+            regular = typeflag in _REGULAR
+            if typeflag in _NO_DATA:
+                padded = 0  # links, devices, dirs and fifos carry no data (as tarfile reads them)
+            if (
+                not everything
+                and not regular
+                and long_name is None
+                and not pending
+                and b".wh." not in name_b
+            ):
+                # a directory, link or device that cannot be a whiteout: nothing to keep
+                end = src.pos + padded
+                if end <= len(src.buf):
+                    src.pos = end
+                elif not src.skip(padded):
+                    raise LayerError("layer tar ends inside a member (truncated)")
+                continue
+            name = long_name if long_name is not None else name_b.decode("utf-8", "surrogateescape")
+            link_b: str | None = long_link
+            if pending:
+                name = pending.get("path", name)
+                if "linkpath" in pending:
+                    link_b = pending["linkpath"]
+                if "size" in pending:
+                    size = int(pending["size"])
+                    padded = 0 if typeflag in _NO_DATA else (size + 511) & ~511
+                pending = {}
+            long_name = long_link = None
+            path = _path(name)
+            want = select(path) if regular else SKIP
+            if want == SKIP:
+                end = src.pos + padded
+                if end <= len(src.buf):
+                    src.pos = end
+                elif not src.skip(padded):
+                    raise LayerError("layer tar ends inside a member (truncated)")
+                if not everything and ".wh." not in path:
+                    continue
+                data_out: bytes | None = None
+                digest: str | None = None
+            elif want == CAPTURE:
+                data_out = src.take(padded)[:size] if padded != size else src.take(size)
+                if len(data_out) < size:
+                    raise LayerError(f"layer tar ends inside {path!r} (truncated)")
+                digest = None
+            else:  # HASH
+                h = hashlib.sha256()
+                if not src.skip(size, h.update) or not src.skip(padded - size):
+                    raise LayerError("layer tar ends inside a member (truncated)")
+                b64 = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+                data_out = None
+                digest = f"sha256={b64}"
+            if link_b is None:
+                link_b = header[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            yield Member(path, typeflag, size, link_b, data=data_out, digest=digest)
+    finally:
+        counter[0] += members
 
 
 def walk_tar(reader: _Readable, select: Selector) -> Iterator[Member]:
@@ -318,73 +492,82 @@ def walk_tar(reader: _Readable, select: Selector) -> Iterator[Member]:
     ``select(path)`` says whether to capture the member's bytes, hash them, or skip them.
     Raises ``LayerError`` on a corrupt header or a truncated stream.
     """
-    buf = _Buffer(reader)
-    pending: dict[str, str] = {}
-    long_name: str | None = None
-    long_link: str | None = None
+    return _walk(_Chunks(_read_chunks(reader)), select, True, [0])
+
+
+def _read_chunks(reader: _Readable, size: int = CHUNK) -> Iterator[bytes]:
     while True:
-        header = buf.take(BLOCK)
-        if len(header) < BLOCK:
-            if not header:
-                return  # tolerated: no end-of-archive blocks
-            raise LayerError("layer tar ends inside a header (truncated)")
-        if header.count(0) == BLOCK:
-            buf.drain()
+        chunk = reader.read(size)
+        if not chunk:
             return
-        stored = _number(header[148:156])
-        computed = sum(header) - sum(header[148:156]) + 8 * 32
-        if stored != computed:
-            raw_name = header[0:100].split(b"\0", 1)[0]
-            raise LayerError(f"bad tar header checksum (header names {raw_name!r})")
-        typeflag = header[156:157] or b"0"
-        size = _number(header[124:136])
-        padded = (size + BLOCK - 1) // BLOCK * BLOCK
-        if typeflag in (b"x", b"g", b"L", b"K"):
-            data = buf.take(padded)[:size]
-            if typeflag == b"x":
-                pending.update(_pax(data))
-            elif typeflag == b"L":
-                long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            elif typeflag == b"K":
-                long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            continue  # "g" (global PAX) carries nothing we use
-        name_b = header[0:100].split(b"\0", 1)[0]
-        if header[257:263] == b"ustar\x00":
-            prefix = header[345:500].split(b"\0", 1)[0]
-            if prefix:
-                name_b = prefix + b"/" + name_b
-        name = long_name if long_name is not None else name_b.decode("utf-8", "surrogateescape")
-        link = (
-            long_link
-            if long_link is not None
-            else header[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-        )
-        if pending:
-            name = pending.get("path", name)
-            link = pending.get("linkpath", link)
-            if "size" in pending:
-                size = int(pending["size"])
-                padded = (size + BLOCK - 1) // BLOCK * BLOCK
-            pending = {}
-        long_name = long_link = None
-        if typeflag in (b"1", b"2", b"3", b"4", b"5", b"6"):
-            padded = 0  # links, devices, dirs and fifos carry no data (as tarfile reads them)
-        path = normalize(name)
-        want = select(path) if typeflag in (b"0", b"\0", b"7") else SKIP
-        if want == CAPTURE:
-            data = buf.take(padded)[:size]
-            if len(data) < size:
-                raise LayerError(f"layer tar ends inside {path!r} (truncated)")
-            yield Member(path, typeflag, size, link, data=data)
-        elif want == HASH:
-            h = hashlib.sha256()
-            buf.skip(size, h.update)
-            buf.skip(padded - size)
-            digest = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
-            yield Member(path, typeflag, size, link, digest=f"sha256={digest}")
+        yield chunk
+
+
+def _gunzip_chunks(raw: _Readable, data: bytes) -> Iterator[bytes]:
+    """Inflate concatenated gzip members (zero padding between them allowed, as in gzip)."""
+    lib: Any = _isal_zlib if _isal_zlib is not None else zlib
+    d = lib.decompressobj(31)
+    fed = False
+    while True:
+        if not data:
+            data = raw.read(IN_CHUNK)
+            if not data:
+                if fed:
+                    raise EOFError("compressed stream ended before the end-of-stream marker")
+                return
+        fed = True
+        out = d.decompress(data, OUT_CHUNK)
+        if out:
+            yield out
+        while len(out) == OUT_CHUNK and not d.eof:  # more output may be pending
+            out = d.decompress(d.unconsumed_tail, OUT_CHUNK)
+            if out:
+                yield out
+        if d.eof:
+            data = d.unused_data.lstrip(b"\0")
+            d = lib.decompressobj(31)
+            fed = False
+            while not data:
+                more = raw.read(IN_CHUNK)
+                if not more:
+                    return
+                data = more.lstrip(b"\0")
         else:
-            buf.skip(padded)
-            yield Member(path, typeflag, size, link)
+            data = d.unconsumed_tail
+
+
+def _unzstd_chunks(raw: _Readable, data: bytes) -> Iterator[bytes]:
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        cast(Any, _PeekReader(raw, data)), read_size=IN_CHUNK, read_across_frames=True
+    )
+    while True:
+        out = reader.read(OUT_CHUNK)
+        if not out:
+            return
+        yield out
+
+
+def inflated_chunks(raw: _Readable) -> Iterator[bytes]:
+    """The decompressed bytes of ``raw`` (gzip, zstd or plain, sniffed) in large chunks."""
+    head = raw.read(IN_CHUNK)
+    while 0 < len(head) < 4:  # short reads from a socket-like source
+        more = raw.read(IN_CHUNK)
+        if not more:
+            break
+        head += more
+    if head[:2] == b"\x1f\x8b":
+        return _gunzip_chunks(raw, head)
+    if head[:4] == b"\x28\xb5\x2f\xfd":
+        return _unzstd_chunks(raw, head)
+
+    def plain() -> Iterator[bytes]:
+        if head:
+            yield head
+        yield from _read_chunks(raw, IN_CHUNK)
+
+    return plain()
 
 
 WHITEOUT = ".wh."
@@ -402,32 +585,35 @@ def analyze_stream(
     """Stream one blob: verify it, walk its tar, keep what ``select`` asks for."""
     verifier = VerifyingReader(raw, digest, size, progress)
     result = LayerAnalysis(digest=digest or "")
+    counter = [0]
     try:
-        reader = decompressed(verifier)
-        members = 0
-        for member in walk_tar(reader, select):
-            members += 1
-            base = posixpath.basename(member.path)
-            if base.startswith(WHITEOUT):
-                parent = posixpath.dirname(member.path)
-                if base == OPAQUE:
-                    result.opaque.append(parent)
-                else:
-                    result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
-                continue
+        src = _Chunks(inflated_chunks(verifier))
+        for member in _walk(src, select, False, counter):
+            path = member.path
+            if ".wh." in path:
+                cut = path.rfind("/")
+                base = path[cut + 1 :]
+                if base.startswith(WHITEOUT):
+                    parent = path[:cut] or "/"
+                    if base == OPAQUE:
+                        result.opaque.append(parent)
+                    else:
+                        result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
+                    continue
             if member.data is not None:
                 result.files[member.path] = member.data
             elif member.digest is not None:
                 result.hashes[member.path] = member.digest
-        result.members = members
-    except (OSError, EOFError, zlib.error) as exc:
+        result.members = counter[0]
+        result.size = src.total
+    except _DECOMPRESS_ERRORS as exc:
         raise LayerError(f"layer {digest}: cannot decompress: {exc}") from exc
     except LayerError as exc:
         raise LayerError(f"layer {digest}: {exc}") from exc
-    except (BlobVerificationError, MemoryError):
+    except Exception as exc:
+        if type(exc).__module__.startswith("zstandard"):
+            raise LayerError(f"layer {digest}: cannot decompress zstd: {exc}") from exc
         raise
-    except Exception as exc:  # noqa: BLE001 - isal/zstandard raise their own error types
-        raise LayerError(f"layer {digest}: cannot decompress: {type(exc).__name__}: {exc}") from None
     computed = verifier.finish()
     if not result.digest:
         result.digest = computed
