@@ -30,13 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BASE_IMAGE_VERSION = "v1"
+ROOTFS_VERSION = "v1"  # bump when the debootstrap tree changes
+BASE_IMAGE_VERSION = "v2"  # bump when the import (config) changes
 BASE_IMAGE = f"localhost/pinguard-test/python-base:bookworm-{BASE_IMAGE_VERSION}"
 #: Where Debian's pip installs as root in the base image (PEP 668 lifted by pip.conf/ENV).
 BASE_SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "python3-pip", "python3-venv")
 BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "PIP_BREAK_SYSTEM_PACKAGES": "1",
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     "PIP_NO_CACHE_DIR": "1",
@@ -114,7 +116,7 @@ def remove_image(ref: str) -> None:
 
 
 def base_rootfs_tarball() -> Path:
-    return cache_dir() / f"rootfs-{DEBIAN_SUITE}-python-{BASE_IMAGE_VERSION}.tar"
+    return cache_dir() / f"rootfs-{DEBIAN_SUITE}-python-{ROOTFS_VERSION}.tar"
 
 
 def ensure_base_image(tag: str = BASE_IMAGE, mirror: str | None = None) -> str:
