@@ -99,8 +99,10 @@ def _parallel(
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        # largest first, so a big layer never starts last while the other core sits idle
+        ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, verify): layer for layer in todo
+            pool.submit(_analyze_one, source, layer, verify): layer for layer in ordered
         }
         try:
             while pending:
