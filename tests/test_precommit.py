@@ -1,0 +1,162 @@
+"""The pre-commit hooks of .pre-commit-hooks.yaml, run for real through `pre-commit try-repo`.
+
+`try-repo` installs the hook's Python environment from a repository (pip install of the repo,
+dependencies from the configured index). The tests clone this repository at HEAD, apply the
+working tree's uncommitted changes to tracked files as one commit, and point every run at that
+clone. `try-repo` builds a fresh hook environment on every run, so a module fixture first
+collects the wheels the hook needs (pinguard, its dependencies, its build backend) with
+`pip wheel`, once, and each run installs from that directory with ``PIP_NO_INDEX=1``: only
+the first step needs an index, and the runs are offline and quick.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.infra.tools import in_ci, require_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "pinguard tests",
+    "GIT_AUTHOR_EMAIL": "tests@pinguard.invalid",
+    "GIT_COMMITTER_NAME": "pinguard tests",
+    "GIT_COMMITTER_EMAIL": "tests@pinguard.invalid",
+}
+BAD = (
+    "FROM python:3.11-slim\n"
+    "RUN pip install --upgrade pip\n"
+    "RUN pip install \\\n"
+    "    --pre --extra-index-url https://flashinfer.ai/whl/nightly/ flashinfer-python\n"
+)
+GOOD = (
+    "FROM python:3.11-slim\n"
+    "COPY constraints.txt /etc/pinguard/constraints.txt\n"
+    "ENV PIP_CONSTRAINT=/etc/pinguard/constraints.txt\n"
+    "RUN pip install --upgrade pip && pip install vllm==0.11.0\n"
+)
+
+
+def git(cwd: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, input=stdin, check=True, capture_output=True
+    ).stdout
+
+
+@pytest.fixture(scope="module")
+def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clone of this repository at HEAD plus the uncommitted changes to tracked files."""
+    require_tool("git")
+    if not (ROOT / ".git").exists():
+        pytest.skip("not running from a git checkout")
+    clone = tmp_path_factory.mktemp("hooks") / "pinguard"
+    git(ROOT, "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone))
+    diff = git(ROOT, "diff", "HEAD", "--binary")
+    if diff.strip():
+        git(clone, "apply", "--whitespace=nowarn", "-", stdin=diff)
+        git(clone, "commit", "--quiet", "-am", "uncommitted changes under test")
+    return clone
+
+
+@pytest.fixture(scope="module")
+def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        import pre_commit  # noqa: F401
+    except ImportError:
+        if in_ci():
+            pytest.fail("pre-commit is not installed (pip install -e '.[test]')")
+        pytest.skip("pre-commit is not installed")
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory, hook_repo: Path) -> Path:
+    """Every wheel the hook environment needs, so `try-repo` installs with no index."""
+    wheels = tmp_path_factory.mktemp("wheelhouse")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels),
+         "setuptools>=68", "wheel", str(hook_repo)],
+        check=True, capture_output=True, timeout=900,
+    )  # fmt: skip
+    return wheels
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    """An empty git repository to run the hooks in."""
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "--quiet")
+    yield repo
+    shutil.rmtree(repo, ignore_errors=True)
+
+
+def try_repo(
+    project: Path, hook_repo: Path, home: Path, wheels: Path, hook: str
+) -> subprocess.CompletedProcess[str]:
+    git(project, "add", "-A")
+    env = {
+        **os.environ,
+        **GIT_ENV,
+        "PRE_COMMIT_HOME": str(home),
+        "PRE_COMMIT_COLOR": "never",
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheels),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), hook, "--all-files"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_lint_hook_passes_a_constrained_dockerfile(
+    project: Path, hook_repo: Path, pre_commit_home: Path, wheelhouse: Path
+) -> None:
+    """A Dockerfile whose installs are constrained passes; other files are not linted."""
+    (project / "Dockerfile").write_text(GOOD)
+    (project / "notes.txt").write_text(BAD)
+    result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Passed" in result.stdout
+
+
+def test_lint_hook_fails_a_drifting_dockerfile(
+    project: Path, hook_repo: Path, pre_commit_home: Path, wheelhouse: Path
+) -> None:
+    """A Dockerfile with an unpinned nightly install fails, naming the file and the line."""
+    (project / "Dockerfile").write_text(GOOD)
+    (project / "services" / "gpu").mkdir(parents=True)
+    (project / "services" / "gpu" / "Dockerfile.cuda").write_text(BAD)
+    result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-lint")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert "services/gpu/Dockerfile.cuda:3: error [prerelease-unpinned]" in out
+    assert "services/gpu/Dockerfile.cuda:3: error [index-shadowing]" in out
+    assert "Dockerfile:4" not in out.replace("Dockerfile.cuda", "")
+
+
+def test_policy_check_hook(
+    project: Path, hook_repo: Path, pre_commit_home: Path, wheelhouse: Path
+) -> None:
+    """The policy hook runs `pinguard policy check` on policies/*.toml."""
+    if not (hook_repo / "src" / "pinguard" / "cli" / "policy.py").exists():
+        pytest.skip("`pinguard policy check` is not in this checkout yet")
+    (project / "policies").mkdir()
+    shutil.copy(hook_repo / "policies" / "default.toml", project / "policies" / "default.toml")
+    result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-policy-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (project / "policies" / "broken.toml").write_text("no_such_key = 1\n")
+    result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-policy-check")
+    assert result.returncode != 0, result.stdout + result.stderr
