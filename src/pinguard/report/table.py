@@ -56,38 +56,42 @@ def render(
         if not step.changes and not step.unmet:
             continue
         shown += 1
+        envs = sorted({c.environment for c in step.changes} | {u.environment for u in step.unmet})
+        many = len(envs) > 1
         table = Table(
             title=Text.assemble((f"step {step.index}  ", "bold"), _short(step.created_by)),
             title_justify="left",
-            show_lines=False,
+            caption=None if many else envs[0],
+            caption_justify="left",
             expand=False,
         )
-        table.add_column("environment", style="dim", overflow="fold")
+        if many:
+            table.add_column("environment", style="dim", overflow="fold")
         table.add_column("package", overflow="fold")
         table.add_column("change")
         table.add_column("version", overflow="fold")
-        table.add_column("why", overflow="fold")
+        table.add_column("why (nearest cause first)", overflow="fold")
         for c in sorted(step.changes, key=lambda c: (c.environment, c.name)):
             version = (
                 f"{c.before} -> {c.after}"
                 if c.before and c.after and c.before != c.after
                 else (c.after or c.before or "")
             )
-            why = "  <-  ".join(
-                f"{x.package} {x.version} requires {x.requirement}" for x in c.causes
+            why = "\n".join(
+                f"{'  ' * i}{x.package} {x.version} requires {x.requirement}"
+                for i, x in enumerate(c.causes)
             )
-            table.add_row(
-                c.environment, c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why
-            )
+            row = [c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why]
+            table.add_row(*([c.environment] if many else []), *row)
         for u in step.unmet:
             have = f"{u.installed} installed" if u.installed else "not installed"
-            table.add_row(
-                u.environment,
+            row = [
                 u.package,
                 Text("unmet", style="bold red"),
                 u.version,
                 Text(f"requires {u.requirement}, {have}", style="red"),
-            )
+            ]
+            table.add_row(*([u.environment] if many else []), *row)
         console.print(table)
     if not shown:
         console.print("no build step changed a Python distribution")
