@@ -14,16 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pinguard.cli.common import FAIL_ON
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
-from pinguard.models import Severity
 
 FORMATS = ("table", "json", "sarif")
-FAIL_ON = {
-    "error": Severity.ERROR,
-    "warning": Severity.WARNING,
-    "info": Severity.INFO,
-    "never": None,
-}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
