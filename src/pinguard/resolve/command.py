@@ -32,6 +32,11 @@ _VALUED = {
     "-P", "--upgrade-package", "--no-build-isolation-package", "--torch-backend", "--index",
     "--default-index", "--refresh-package", "--no-binary-package", "--only-binary-package",
 }  # fmt: skip
+# Options naming an index, a link location or a file: a ``$VAR`` in them cannot be replayed.
+_LOCATIONS = {
+    "-i", "--index-url", "--default-index", "--extra-index-url", "--index", "-f",
+    "--find-links", "-c", "--constraint",
+}  # fmt: skip
 _SEPARATORS = {"&&", "||", ";", "|", "&", "\n", "(", ")"}
 _PREFIX = re.compile(r"^(?:RUN\s+)?(?:\|\d+\s+(?:\S+=\S*\s+)*)?(?:/bin/(?:ba)?sh\s+-c\s+)?")
 
@@ -124,7 +129,9 @@ def parse_install_args(args: Sequence[str], tool: str = "pip") -> InstallCommand
                     break
                 value = words[i]
                 i += 1
-            if opt in {"-i", "--index-url", "--default-index"}:
+            if "$" in value and opt in _LOCATIONS:
+                skipped.append(f"{opt} {value}")  # an unexpanded build ARG: not replayable
+            elif opt in {"-i", "--index-url", "--default-index"}:
                 index_url = value
             elif opt in {"--extra-index-url", "--index"}:
                 extra.append(value)

@@ -39,10 +39,18 @@ class IndexOptions:
     prerelease: bool = False
 
     def merged(self, other: IndexOptions) -> IndexOptions:
-        """``self`` with ``other`` filling what ``self`` leaves unset (lists are joined)."""
+        """``self`` with ``other`` added: lists are joined, and when both name a main index
+        ``self``'s stays the main one and ``other``'s becomes an extra index (not dropped)."""
+        demoted = (
+            (other.index_url,)
+            if self.index_url and other.index_url and other.index_url != self.index_url
+            else ()
+        )
+        main = self.index_url or other.index_url
+        extras = _uniq((*self.extra_index_urls, *demoted, *other.extra_index_urls))
         return IndexOptions(
-            index_url=self.index_url or other.index_url,
-            extra_index_urls=_uniq((*self.extra_index_urls, *other.extra_index_urls)),
+            index_url=main,
+            extra_index_urls=tuple(u for u in extras if u != main),
             find_links=_uniq((*self.find_links, *other.find_links)),
             no_index=self.no_index or other.no_index,
             index_strategy=self.index_strategy or other.index_strategy,
