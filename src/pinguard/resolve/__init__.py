@@ -23,7 +23,7 @@ from pinguard.errors import ResolveError
 from pinguard.resolve import pip_tools
 from pinguard.resolve import uv as uv_adapter
 from pinguard.resolve.command import InstallCommand, parse_command_line, parse_install_commands
-from pinguard.resolve.explain import Explanation, Link, explain_failure
+from pinguard.resolve.explain import Explanation, Link, blocks, explain_failure
 from pinguard.resolve.index import (
     IndexFetchError,
     SimpleIndex,
@@ -164,6 +164,29 @@ def verify_constraints(
             notes=tuple(notes),
         )  # fmt: skip
     pins = constraint_map(constraints)
+    # A pin on a package the step asks for by name refuses the step by itself (the known-good
+    # set holds the version the step means to replace). Say so, then lift that pin to find the
+    # chain the rest of the set blocks, which is what the options must get past.
+    clash = _direct_clash(requirements, pins)
+    if clash:
+        notes.append(
+            "the constraints pin "
+            + ", ".join(f"{n}{pins[n]}" for n in clash)
+            + " which the step itself replaces; the rest of the set is checked with "
+            + ("that pin" if len(clash) == 1 else "those pins")
+            + " lifted"
+        )
+        constraints = [c for c in constraints if canonicalize_name(_name(c)) not in clash]
+        pins = constraint_map(constraints)
+        lifted = compile_requirements(
+            requirements, constraints, index=index, target=target, resolver=resolver
+        )
+        if lifted.ok:
+            notes.append("with it lifted the step resolves: only that pin refuses it")
+            return Verification(
+                False, resolver, tuple(requirements), output=result.output, notes=tuple(notes)
+            )
+        result = lifted
     client = index_client
     if client is None and (index.index_urls or index.find_links):
         client = SimpleIndex(index.index_urls, index.find_links)
@@ -224,6 +247,27 @@ def verify_constraints(
     )
 
 
+def _direct_clash(
+    requirements: Sequence[str], pins: Mapping[NormalizedName, SpecifierSet]
+) -> list[NormalizedName]:
+    """Packages the step names whose exact pin its own requirement excludes."""
+    out: list[NormalizedName] = []
+    for raw in requirements:
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        pin = pins.get(name)
+        if pin is not None and blocks(req, pin) and name not in out:
+            out.append(name)
+    return out
+
+
+def _key(line: str) -> NormalizedName:
+    return canonicalize_name(_name(line))
+
+
 def _name(line: str) -> str:
     try:
         return Requirement(line.split("#", 1)[0].strip()).name
@@ -255,5 +299,7 @@ def _override(
         )
         if trial.ok:
             return OverrideOption(tuple(overrides), tuple(unmet), True)
-        current = explain_failure(trial.output, requirements, pins, index=client, target=target)
+        # An overridden pin no longer refuses anything: look for the next one that does.
+        left = {k: v for k, v in pins.items() if k not in {_key(o) for o in overrides}}
+        current = explain_failure(trial.output, requirements, left, index=client, target=target)
     return OverrideOption(tuple(overrides), tuple(unmet), False)

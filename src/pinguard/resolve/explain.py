@@ -89,6 +89,8 @@ def clean(text: str) -> str:
     text = _ANSI.sub("", text)
     text = re.sub("[\u00d7\u2570\u2500\u25b6\u2502]", " ", text)
     text = re.sub(r"^\s*(?:error|cause|hint):", " ", text, flags=re.MULTILINE)
+    # uv names a conditional dependency "name{sys_platform == 'linux'}==1.0": drop the marker.
+    text = re.sub(r"(?<=[A-Za-z0-9\]])\{[^{}]*\}", "", text)
     return re.sub(r"\s+", " ", text).strip()
 
 
