@@ -16,6 +16,7 @@ Outputs are sorted and carry no timestamps, so two runs give identical bytes.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from pinguard.models import (
     Step,
 )
 
+_ARGS_PREFIX = re.compile(r"^\|\d+ (?:\S+=\S* )*")
 UV_KEYS = {False: "constraint-dependencies", True: "override-dependencies"}
 
 
@@ -237,7 +239,8 @@ def build_constraints(
 
 
 def _short(command: str, width: int = 90) -> str:
-    text = " ".join(command.split())
+    # Without buildah/docker's "|N ARG=value ..." prefix: the build args would fill the line.
+    text = _ARGS_PREFIX.sub("", " ".join(command.split()), count=1)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
