@@ -1,0 +1,931 @@
+"""Benchmark ``pinguard audit`` on a large synthetic image against the fetch-and-inflate floor.
+
+The script builds (once, cached under ``--workdir``) a deterministic OCI image of several GB:
+``--layers`` gzip (or zstd) layers of tens of thousands of members each, hundreds of Python
+distributions whose dist-info directories are spread across the layers, upgrades and
+downgrades with whiteouts, an opaque directory, and a realistic mix of compressible source text
+and incompressible binary data. It starts Debian's ``docker-registry`` on 127.0.0.1 (the test
+suite's launcher), pushes the image with ``skopeo`` when the registry does not hold it yet, and
+measures: the floor (fetching and inflating every layer and nothing else, one process per core),
+the cold ``pinguard audit docker://...`` (a subprocess with an empty cache directory), the warm
+audit (same cache), their peak memory, and the extra cost of ``--verify-records``. It prints a
+small table and is not a test; ``--smoke`` runs the same steps on a few MB in well under a minute
+(``tests/test_benchmark_smoke.py`` runs it once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+GEN_VERSION = 1  # bump when the generated content changes
+SITE = "usr/local/lib/python3.12/site-packages"
+MTIME = 1764374400
+REPO = "bench/big"
+TEXT_POOL = 16 << 20
+RANDOM_POOL = 64 << 20
+FLUSH = 4 << 20
+
+# --- deterministic content ------------------------------------------------------------------
+
+_WORDS = [
+    "def",
+    "class",
+    "return",
+    "self",
+    "import",
+    "from",
+    "if",
+    "else",
+    "elif",
+    "for",
+    "while",
+    "in",
+    "not",
+    "and",
+    "or",
+    "is",
+    "None",
+    "True",
+    "False",
+    "try",
+    "except",
+    "finally",
+    "with",
+    "as",
+    "yield",
+    "lambda",
+    "pass",
+    "raise",
+    "assert",
+    "global",
+    "del",
+]
+
+_POOLS: dict[str, bytes] = {}
+
+
+def _make_pools(seed: int) -> None:
+    """A pseudo-Python text pool (compresses about 4-5x, like source) and a random pool."""
+    rng = random.Random(f"pools-{seed}")
+    idents = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 12)))
+        for _ in range(600)
+    ] + _WORDS * 4
+    weights = [1 / (i + 1) for i in range(len(idents))]
+    templates = []
+    for _ in range(4000):
+        indent = "    " * rng.randint(0, 3)
+        words = rng.choices(idents, weights=weights, k=rng.randint(2, 8))
+        tail = rng.choice(["", ":", "()", " = 0", " = None", "  # noqa", "(self)", "):"])
+        templates.append(indent + " ".join(words) + tail)
+    t_weights = [1 / (i + 1) ** 0.8 for i in range(len(templates))]
+    out: list[str] = []
+    size = 0
+    while size < TEXT_POOL:
+        block = rng.choices(templates, weights=t_weights, k=64)
+        if rng.random() < 0.3:
+            block[rng.randrange(64)] += f" = {rng.randint(0, 10**9)}"
+        text = "\n".join(block) + "\n"
+        out.append(text)
+        size += len(text)
+    _POOLS["text"] = "".join(out).encode()[:TEXT_POOL]
+    _POOLS["random"] = rng.randbytes(RANDOM_POOL)
+
+
+def _slice(rng: random.Random, kind: str, size: int) -> memoryview:
+    pool = _POOLS[kind]
+    start = rng.randrange(0, len(pool) - size) if size < len(pool) else 0
+    return memoryview(pool)[start : start + min(size, len(pool))]
+
+
+def _content(rng: random.Random, kind: str, size: int) -> bytes | memoryview:
+    if kind == "so":  # shared libraries: part code (random), part tables/strings (text)
+        cut = int(size * 0.15)
+        return bytes(_slice(rng, "random", cut)) + bytes(_slice(rng, "text", size - cut))
+    if size <= len(_POOLS[kind]):
+        return _slice(rng, kind, size)
+    parts = []
+    while size > 0:
+        n = min(size, len(_POOLS[kind]) - 1)
+        parts.append(bytes(_slice(rng, kind, n)))
+        size -= n
+    return b"".join(parts)
+
+
+# --- the image plan ---------------------------------------------------------------------------
+
+
+@dataclass
+class DistPlan:
+    name: str
+    version: str
+    requires: list[str] = field(default_factory=list)
+    requested: bool = False
+
+    @property
+    def module(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def dist_info(self) -> str:
+        return f"{SITE}/{self.module}-{self.version}.dist-info"
+
+
+@dataclass
+class LayerPlan:
+    index: int
+    created_by: str
+    budget: int  # uncompressed payload bytes
+    add: list[DistPlan] = field(default_factory=list)
+    remove: list[DistPlan] = field(default_factory=list)
+    opaque: list[str] = field(default_factory=list)
+    base: bool = False
+    zstd: bool = False
+
+
+def plan_image(
+    total: int, layers: int, dists_per_layer: int, seed: int, compression: str
+) -> list[LayerPlan]:
+    """Which distributions each layer adds, upgrades, downgrades or removes."""
+    rng = random.Random(f"plan-{seed}")
+    installed: dict[str, DistPlan] = {}
+    plans: list[LayerPlan] = []
+    counter = 0
+    for i in range(layers):
+        plan = LayerPlan(i, "", total // layers, base=(i == 0))
+        plan.zstd = compression == "zstd" or (compression == "mixed" and i % 3 == 2)
+        new: list[DistPlan] = []
+        for _ in range(dists_per_layer):
+            counter += 1
+            deps = rng.sample(sorted(installed), k=min(len(installed), rng.randint(0, 3)))
+            reqs = [f"{d}>={installed[d].version.split('.')[0]}" for d in deps]
+            dist = DistPlan(
+                f"pkg-{counter:04d}",
+                f"{rng.randint(0, 5)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}",
+                reqs,
+            )
+            dist.requested = rng.random() < 0.3
+            new.append(dist)
+        if i >= 2:  # upgrade and downgrade a few earlier distributions (whiteouts)
+            for name in rng.sample(sorted(installed), k=min(len(installed), 4)):
+                old = installed[name]
+                major, minor, micro = (int(x) for x in old.version.split("."))
+                up = rng.random() < 0.6
+                if up:
+                    version = f"{major + 1}.0.0"
+                elif micro:
+                    version = f"{major}.{minor}.{micro - 1}"
+                elif minor:
+                    version = f"{major}.{minor - 1}.9"
+                else:
+                    version = f"{major}.0.0.dev1"
+                plan.remove.append(old)
+                new.append(DistPlan(old.name, version, old.requires, old.requested))
+        if i == layers - 1 and layers > 1:
+            plan.opaque.append("root/.cache/pip")
+        plan.add = new
+        for dist in plan.remove:
+            installed.pop(dist.name, None)
+        for dist in new:
+            installed[dist.name] = dist
+        names = " ".join(f"{d.name}=={d.version}" for d in new[:6])
+        plan.created_by = (
+            "/bin/sh -c #(nop) ADD file:bench-rootfs in / "
+            if i == 0
+            else f"RUN /bin/sh -c pip install {names} ... # buildkit"
+        )
+        plans.append(plan)
+    return plans
+
+
+# --- writing one layer ------------------------------------------------------------------------
+
+
+class _LayerWriter:
+    """Tar bytes -> sha256 (diff_id) -> gzip/zstd -> sha256 (digest) -> file."""
+
+    def __init__(self, path: Path, zstd: bool, level: int) -> None:
+        self.fh = path.open("wb")
+        self.tar_hash = hashlib.sha256()
+        self.blob_hash = hashlib.sha256()
+        self.tar_size = 0
+        self.blob_size = 0
+        self.pending: list[bytes | memoryview] = []
+        self.pending_size = 0
+        self.members = 0
+        if zstd:
+            import zstandard
+
+            self.comp: Any = zstandard.ZstdCompressor(level=level or 3).compressobj()
+        else:
+            from isal import isal_zlib
+
+            self.comp = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31)
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self.blob_hash.update(data)
+            self.blob_size += len(data)
+            self.fh.write(data)
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.tar_hash.update(data)
+        self.tar_size += len(data)
+        self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size >= FLUSH:
+            self._emit(self.comp.compress(b"".join(self.pending)))
+            self.pending.clear()
+            self.pending_size = 0
+
+    def add(self, info: tarfile.TarInfo, data: bytes | memoryview | None = None) -> None:
+        info.mtime = MTIME
+        info.uname = info.gname = "root"
+        self.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        self.members += 1
+        if data is not None and len(data):
+            self.write(data)
+            pad = -len(data) % 512
+            if pad:
+                self.write(b"\0" * pad)
+
+    def file(self, path: str, data: bytes | memoryview, mode: int = 0o644) -> None:
+        info = tarfile.TarInfo(path)
+        info.size = len(data)
+        info.mode = mode
+        self.add(info, data)
+
+    def close(self) -> None:
+        self.write(b"\0" * 1024)
+        self._emit(self.comp.compress(b"".join(self.pending)))
+        self._emit(self.comp.flush())
+        self.fh.close()
+
+
+def _record_hash(data: bytes | memoryview) -> str:
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _payload_sizes(rng: random.Random, budget: int) -> Iterator[tuple[str, int]]:
+    """(kind, size) of payload files until ``budget`` bytes: mostly source, some binaries."""
+    spent = 0
+    while spent < budget:
+        r = rng.random()
+        if r < 0.885:
+            kind, size = "text", int(rng.expovariate(1 / 9000)) + 64
+        elif r < 0.99:
+            kind, size = "so", int(rng.expovariate(1 / 40000)) + 4096
+        elif r < 0.9948:
+            kind, size = "random", int(rng.expovariate(1 / 180000)) + 1024
+        else:
+            kind, size = "random", 2_000_000 + rng.randrange(6_000_000)
+        if r >= 0.9948 and rng.random() > 0.04:  # keep the huge files rare
+            kind, size = "text", int(rng.expovariate(1 / 9000)) + 64
+        size = max(1, min(size, budget - spent))
+        spent += size
+        yield kind, size
+
+
+def write_layer(args: tuple[LayerPlan, Path, int, int]) -> dict[str, Any]:
+    """Generate one layer blob under ``blobs``; return its descriptor facts."""
+    plan, blobs, seed, level = args
+    rng = random.Random(f"layer-{seed}-{plan.index}")
+    tmp = blobs / f".tmp-layer-{plan.index}-{os.getpid()}"
+    w = _LayerWriter(tmp, plan.zstd, level)
+    made_dirs: set[str] = set()
+
+    def dirs_for(path: str) -> None:
+        parts = path.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in made_dirs:
+                made_dirs.add(d)
+                info = tarfile.TarInfo(d)
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                w.add(info)
+
+    share = plan.budget
+    if plan.base:
+        base_files = {
+            "usr/local/lib/python3.12/os.py": b"# os\n",
+            "var/lib/dpkg/status": "".join(
+                f"Package: lib{n}\nStatus: install ok installed\n"
+                f"Architecture: amd64\nVersion: 1.{n}-1\n\n"
+                for n in range(40)
+            ).encode(),
+        }
+        for path, data in base_files.items():
+            dirs_for(path)
+            w.file(path, data)
+        outside = share // 3  # system libraries and data outside any site-packages
+        share -= outside
+        for k, (kind, size) in enumerate(_payload_sizes(rng, outside)):
+            sub = "usr/lib/x86_64-linux-gnu" if kind != "text" else f"usr/share/doc/pkg{k % 97}"
+            path = f"{sub}/file{k:06d}.{'so' if kind != 'text' else 'txt'}"
+            dirs_for(path)
+            w.file(path, _content(rng, kind, size))
+        link = tarfile.TarInfo("usr/lib/x86_64-linux-gnu/libcompat.so")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "file000000.so"
+        w.add(link)
+    for dist in plan.remove:  # whiteouts for the replaced version
+        for path in (f"{SITE}/.wh.{dist.module}-{dist.version}.dist-info",):
+            dirs_for(path)
+            w.file(path, b"")
+    for d in plan.opaque:
+        dirs_for(f"{d}/x")
+        w.file(f"{d}/.wh..wh..opq", b"")
+        w.file(f"{d}/fresh.txt", b"fresh\n")
+    per_dist = share // max(1, len(plan.add))
+    for n, dist in enumerate(plan.add):
+        records: list[str] = []
+        for k, (kind, size) in enumerate(_payload_sizes(rng, per_dist)):
+            ext = "py" if kind == "text" else ("so" if kind == "so" else "bin")
+            sub = f"{dist.module}/sub{k % 13}" if k % 3 else dist.module
+            rel = f"{sub}/m{k:05d}.{ext}"
+            if n % 50 == 7 and k == 1:  # an occasional very long path (GNU/PAX long names)
+                rel = f"{dist.module}/" + "/".join(["deeply_nested_directory_name"] * 6) + "/mod.py"
+            data = _content(rng, kind, size)
+            path = f"{SITE}/{rel}"
+            dirs_for(path)
+            w.file(path, data)
+            records.append(f"{rel},{_record_hash(data)},{len(data)}")
+        meta = [
+            "Metadata-Version: 2.1",
+            f"Name: {dist.name}",
+            f"Version: {dist.version}",
+            "Requires-Python: >=3.9",
+        ] + [f"Requires-Dist: {r}" for r in dist.requires]
+        info_files = {
+            "METADATA": ("\n".join(meta) + "\n").encode(),
+            "INSTALLER": b"pip\n",
+            "WHEEL": b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: false\n"
+            b"Tag: cp312-cp312-linux_x86_64\n",
+            "top_level.txt": f"{dist.module}\n".encode(),
+        }
+        if dist.requested:
+            info_files["REQUESTED"] = b""
+        rel_info = dist.dist_info[len(SITE) + 1 :]
+        for name, data in info_files.items():
+            records.append(f"{rel_info}/{name},{_record_hash(data)},{len(data)}")
+        records.append(f"{rel_info}/RECORD,,")
+        info_files["RECORD"] = ("\n".join(records) + "\n").encode()
+        for name, data in sorted(info_files.items()):
+            path = f"{dist.dist_info}/{name}"
+            dirs_for(path)
+            w.file(path, data)
+        if n % 40 == 3:  # a hard link inside the environment
+            link = tarfile.TarInfo(f"{SITE}/{dist.module}/alias.py")
+            link.type = tarfile.LNKTYPE
+            link.linkname = f"{SITE}/{dist.module}/m00000.py"
+            w.add(link)
+    w.close()
+    digest = "sha256:" + w.blob_hash.hexdigest()
+    tmp.replace(blobs / digest.split(":", 1)[1])
+    return {
+        "index": plan.index,
+        "digest": digest,
+        "size": w.blob_size,
+        "diff_id": "sha256:" + w.tar_hash.hexdigest(),
+        "tar_size": w.tar_size,
+        "members": w.members,
+        "media_type": "application/vnd.oci.image.layer.v1.tar+" + ("zstd" if plan.zstd else "gzip"),
+    }
+
+
+@dataclass
+class Image:
+    layout: Path
+    tag: str
+    manifest_digest: str
+    layers: list[dict[str, Any]]
+    dists: int
+
+    @property
+    def blob_bytes(self) -> int:
+        return sum(int(layer["size"]) for layer in self.layers)
+
+    @property
+    def tar_bytes(self) -> int:
+        return sum(int(layer["tar_size"]) for layer in self.layers)
+
+    @property
+    def members(self) -> int:
+        return sum(int(layer["members"]) for layer in self.layers)
+
+
+def build_image(
+    workdir: Path,
+    *,
+    total: int,
+    layers: int,
+    dists_per_layer: int,
+    seed: int,
+    compression: str,
+    level: int,
+    jobs: int,
+    log: Any,
+) -> Image:
+    """The OCI layout for these parameters, generated once and reused from ``workdir``."""
+    key = f"v{GEN_VERSION}-{total}-{layers}-{dists_per_layer}-{seed}-{compression}-{level}"
+    layout = workdir / f"image-{key}"
+    done = layout / "bench.json"
+    if done.exists():
+        meta = json.loads(done.read_text())
+        return Image(layout, meta["tag"], meta["manifest_digest"], meta["layers"], meta["dists"])
+    if layout.exists():
+        shutil.rmtree(layout)
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    plans = plan_image(total, layers, dists_per_layer, seed, compression)
+    log(f"generating {layers} layers, {total / 1e9:.2f} GB uncompressed, into {layout} ...")
+    started = time.perf_counter()
+    _make_pools(seed)
+    work = [(p, blobs, seed, level) for p in plans]
+    if jobs > 1 and layers > 1:
+        with multiprocessing.get_context("fork").Pool(min(jobs, layers)) as pool:
+            results = sorted(pool.map(write_layer, work, chunksize=1), key=lambda r: r["index"])
+    else:
+        results = [write_layer(item) for item in work]
+    log(f"generated in {time.perf_counter() - started:.1f}s")
+    history: list[dict[str, Any]] = []
+    for plan in plans:
+        if plan.index == 1:
+            history.append(
+                {
+                    "created": "2025-11-29T00:00:00Z",
+                    "created_by": "ENV PIP_NO_CACHE_DIR=1",
+                    "empty_layer": True,
+                }
+            )
+        history.append({"created": "2025-11-29T00:00:00Z", "created_by": plan.created_by})
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [r["diff_id"] for r in results]},
+        "history": history,
+    }
+
+    def blob(data: bytes) -> tuple[str, int]:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        (blobs / digest.split(":", 1)[1]).write_bytes(data)
+        return digest, len(data)
+
+    cfg_digest, cfg_size = blob(json.dumps(config, sort_keys=True).encode())
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": cfg_digest,
+            "size": cfg_size,
+        },
+        "layers": [
+            {"mediaType": r["media_type"], "digest": r["digest"], "size": r["size"]}
+            for r in results
+        ],
+    }
+    man_digest, man_size = blob(json.dumps(manifest, sort_keys=True).encode())
+    tag = f"s{total}-l{layers}-{compression}"
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": man_digest,
+                "size": man_size,
+                "platform": {"os": "linux", "architecture": "amd64"},
+                "annotations": {"org.opencontainers.image.ref.name": tag},
+            }
+        ],
+    }
+    (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+    (layout / "index.json").write_text(json.dumps(index, sort_keys=True))
+    dists = len({d.name for p in plans for d in p.add})
+    done.write_text(
+        json.dumps({"tag": tag, "manifest_digest": man_digest, "layers": results, "dists": dists})
+    )
+    return Image(layout, tag, man_digest, results, dists)
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+
+def _registry_has(address: str, tag: str, digest: str) -> bool:
+    req = urllib.request.Request(
+        f"http://{address}/v2/{REPO}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return bool(resp.headers.get("Docker-Content-Digest") == digest)
+    except OSError:
+        return False
+
+
+def push(image: Image, address: str, log: Any) -> None:
+    if _registry_has(address, image.tag, image.manifest_digest):
+        log(f"registry already holds {REPO}:{image.tag}")
+        return
+    log(f"pushing {image.blob_bytes / 1e6:.0f} MB with skopeo ...")
+    started = time.perf_counter()
+    cmd = [
+        shutil.which("skopeo") or "skopeo",
+        "--insecure-policy",
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{image.layout}:{image.tag}",
+        f"docker://{address}/{REPO}:{image.tag}",
+    ]
+    subprocess.run(cmd, check=True)
+    log(f"pushed in {time.perf_counter() - started:.1f}s")
+
+
+# --- measurements -----------------------------------------------------------------------------
+
+
+def _floor_one(args: tuple[str, str, bool]) -> tuple[int, float]:
+    """Fetch one blob and inflate it, discarding the bytes; return the inflated size."""
+    url, media_type, inflate = args
+    import requests
+
+    out = 0
+    cpu = time.process_time()
+    with requests.get(url, stream=True, timeout=60) as resp:
+        resp.raise_for_status()
+        if not inflate:
+            decomp: Any = None
+        elif media_type.endswith("zstd"):
+            import zstandard
+
+            decomp = zstandard.ZstdDecompressor().decompressobj()
+        else:
+            from isal import isal_zlib
+
+            decomp = isal_zlib.decompressobj(31)
+        while True:
+            chunk = resp.raw.read(1 << 20, decode_content=False)
+            if not chunk:
+                break
+            if decomp is not None:
+                out += len(decomp.decompress(chunk))
+            else:
+                out += len(chunk)
+    return out, time.process_time() - cpu
+
+
+def floor(image: Image, address: str, jobs: int, inflate: bool = True) -> tuple[float, float]:
+    """Wall time to fetch (and inflate) every layer, ``jobs`` processes."""
+    work = [
+        (f"http://{address}/v2/{REPO}/blobs/{layer['digest']}", layer["media_type"], inflate)
+        for layer in image.layers
+    ]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        pool.map(_floor_one, work[:1])  # warm the workers up (imports)
+        started = time.perf_counter()
+        results = pool.map(_floor_one, work, chunksize=1)
+        elapsed = time.perf_counter() - started
+    inflated = sum(n for n, _ in results)
+    if inflate and inflated != image.tar_bytes:
+        raise RuntimeError(f"floor inflated {inflated} bytes, expected {image.tar_bytes}")
+    return elapsed, sum(c for _, c in results)
+
+
+@dataclass
+class Run:
+    seconds: float
+    max_rss: int  # bytes, the largest single process (wait4)
+    tree_rss: int  # bytes, peak sum over the process tree (sampled)
+    rc: int
+    cpu: float = 0.0  # user + system seconds of the audit and its workers
+
+
+def _tree_rss(pid: int) -> int:
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                stack.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run_audit(ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = ()) -> Run:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pinguard",
+        "audit",
+        ref,
+        "--format",
+        "json",
+        "--cache-dir",
+        str(cache_dir),
+        "--allow-incomplete",
+        *extra,
+    ]
+    # ru_maxrss survives exec, so a child forked straight from this (large) process would
+    # report our own peak; /usr/bin/time is a small parent that measures the audit alone.
+    timer = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
+    rss_file = report.with_suffix(".rss")
+    if timer:
+        cmd = [timer, "-f", "%M %U %S", "-o", str(rss_file), *cmd]
+    with report.open("wb") as out:
+        started = time.perf_counter()
+        # measure this checkout's code, whatever copy of pinguard the venv holds
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
+        }
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
+        peak = [0]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                peak[0] = max(peak[0], _tree_rss(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - started
+        stop.set()
+        sampler.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):  # 1: findings (the image has downgrades)
+        raise RuntimeError(
+            f"audit failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}"
+        )
+    max_rss = usage.ru_maxrss * 1024
+    cpu = usage.ru_utime + usage.ru_stime
+    if timer:
+        rss_k, user, system = rss_file.read_text().split()[-3:]
+        max_rss, cpu = int(rss_k) * 1024, float(user) + float(system)
+    return Run(elapsed, max_rss, peak[0], proc.returncode, cpu)
+
+
+_LAYERS_ONLY = """
+import sys, time
+from pathlib import Path
+from pinguard.audit import AuditOptions, load_layers
+from pinguard.sources import open_source
+source = open_source(sys.argv[1], AuditOptions().source)
+with source:
+    resolved = source.resolve()
+    started = time.perf_counter()
+    load_layers(source, resolved.layers, AuditOptions(cache_dir=Path(sys.argv[2])))
+    wall = time.perf_counter() - started
+import resource
+cpu = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF,
+          resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+print(wall, cpu)
+"""
+
+
+def layers_only(ref: str, cache_dir: Path) -> tuple[float, float]:
+    """Seconds ``load_layers`` takes with an empty cache: the audit's share of the floor."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAYERS_ONLY, ref, str(cache_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"load_layers failed: {proc.stderr[-2000:]}")
+    wall, cpu = proc.stdout.split()[-2:]
+    return float(wall), float(cpu)
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def _registry(workdir: Path) -> Any:
+    sys.path.insert(0, str(ROOT))
+    from tests.infra.registry import start_registry
+
+    return start_registry(workdir / "registry")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size-gb", type=float, default=8.0, help="uncompressed tar size (default 8)")
+    p.add_argument("--layers", type=int, default=8, help="number of layers (default 8)")
+    p.add_argument("--dists-per-layer", type=int, default=40)
+    p.add_argument("--compression", choices=["gzip", "zstd", "mixed"], default="gzip")
+    p.add_argument("--level", type=int, default=1, help="isal gzip level 0-3 / zstd level")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="image cache and registry storage "
+        "(default: $XDG_CACHE_HOME/pinguard-bench; --smoke: a temporary directory)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the registry running and keep audit caches and reports",
+    )
+    p.add_argument("--no-verify-records", action="store_true", help="skip the --verify-records run")
+    p.add_argument("--smoke", action="store_true", help="a few MB, for the test suite")
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.size_gb, args.layers, args.dists_per_layer = 0.006, 3, 6
+
+    def log(msg: str) -> None:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    temp: tempfile.TemporaryDirectory[str] | None = None
+    if args.workdir is None:
+        if args.smoke:
+            temp = tempfile.TemporaryDirectory(prefix="pinguard-bench-")
+            args.workdir = Path(temp.name)
+        else:
+            cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            args.workdir = cache / "pinguard-bench"
+    workdir: Path = args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    total = int(args.size_gb * 1e9)
+    image = build_image(
+        workdir,
+        total=total,
+        layers=args.layers,
+        dists_per_layer=args.dists_per_layer,
+        seed=args.seed,
+        compression=args.compression,
+        level=args.level,
+        jobs=args.jobs,
+        log=log,
+    )
+    registry = _registry(workdir)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
+    figures: dict[str, Any] = {}
+    try:
+        push(image, registry.address, log)
+        ref = f"docker://{registry.address}/{REPO}:{image.tag}"
+        log("fetch only (also primes the page cache) ...")
+        fetch, fetch_cpu = floor(image, registry.address, args.jobs, inflate=False)
+        log("floor: fetch + inflate ...")
+        floor_s, floor_cpu = floor(image, registry.address, args.jobs)
+        log("layers only (load_layers, empty cache) ...")
+        layers_s, layers_cpu = layers_only(ref, run_dir / "cache-layers")
+        log("cold audit ...")
+        cold = run_audit(ref, run_dir / "cache-cold", run_dir / "cold.json")
+        log("warm audit ...")
+        warm = run_audit(ref, run_dir / "cache-cold", run_dir / "warm.json")
+        if (run_dir / "cold.json").read_bytes() != (run_dir / "warm.json").read_bytes():
+            raise RuntimeError("cold and warm audits gave different reports")
+        verify: Run | None = None
+        if not args.no_verify_records:
+            log("cold audit with --verify-records ...")
+            verify = run_audit(
+                ref, run_dir / "cache-verify", run_dir / "verify.json", ["--verify-records"]
+            )
+        report = json.loads((run_dir / "cold.json").read_text())
+        packages = sum(len(e.get("packages", [])) for e in report.get("environments", []))
+        figures = {
+            "image": {
+                "reference": ref,
+                "layers": len(image.layers),
+                "blob_bytes": image.blob_bytes,
+                "tar_bytes": image.tar_bytes,
+                "members": image.members,
+                "distributions": image.dists,
+                "final_packages": packages,
+            },
+            "jobs": args.jobs,
+            "fetch_s": fetch,
+            "floor_s": floor_s,
+            "layers_s": layers_s,
+            "fetch_cpu": fetch_cpu,
+            "floor_cpu": floor_cpu,
+            "layers_cpu": layers_cpu,
+            "cold": asdict(cold),
+            "warm": asdict(warm),
+            "verify_records": asdict(verify) if verify else None,
+            "cold_over_floor": cold.seconds / floor_s,
+        }
+    finally:
+        if args.keep:
+            log(
+                f"registry left running at {registry.address} "
+                f"(pid {registry.process.pid}); runs in {run_dir}"
+            )
+        else:
+            registry.stop()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if temp is not None:
+                temp.cleanup()
+    print_table(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+def print_table(f: dict[str, Any]) -> None:
+    """The figures; CPU seconds (user + system, this side only) are robust to a busy machine."""
+    img = f["image"]
+    mb = 1e6
+    print(
+        f"image: {img['layers']} layers, {img['blob_bytes'] / mb:.0f} MB compressed, "
+        f"{img['tar_bytes'] / mb:.0f} MB tar, {img['members']} members, "
+        f"{img['distributions']} distributions ({img['final_packages']} in the final state); "
+        f"{f['jobs']} processes"
+    )
+    cold, warm, v = f["cold"], f["warm"], f["verify_records"]
+    rows: list[tuple[str, float, float, int | None, int | None, str]] = [
+        ("fetch only", f["fetch_s"], f["fetch_cpu"], None, None, ""),
+        ("floor (fetch + inflate)", f["floor_s"], f["floor_cpu"], None, None, ""),
+        (
+            "layers (load_layers)",
+            f["layers_s"],
+            f["layers_cpu"],
+            None,
+            None,
+            f"{f['layers_s'] / f['floor_s']:.2f}x floor "
+            f"(cpu {f['layers_cpu'] / f['floor_cpu']:.2f}x)",
+        ),
+        (
+            "cold audit",
+            cold["seconds"],
+            cold["cpu"],
+            cold["max_rss"],
+            cold["tree_rss"],
+            f"{f['cold_over_floor']:.2f}x floor (cpu {cold['cpu'] / f['floor_cpu']:.2f}x)",
+        ),
+        (
+            "warm audit (cached)",
+            warm["seconds"],
+            warm["cpu"],
+            warm["max_rss"],
+            warm["tree_rss"],
+            "",
+        ),
+    ]
+    if v:
+        rows.append(
+            (
+                "cold --verify-records",
+                v["seconds"],
+                v["cpu"],
+                v["max_rss"],
+                v["tree_rss"],
+                f"+{v['seconds'] - cold['seconds']:.2f}s "
+                f"({v['seconds'] / cold['seconds']:.2f}x cold)",
+            )
+        )
+    print(f"{'measure':<26}{'seconds':>9}{'cpu s':>9}{'peak RSS':>11}{'tree RSS':>11}  note")
+    for name, secs, cpu, rss, tree, note in rows:
+        r = f"{rss / 2**20:.0f} MiB" if rss else "-"
+        t = f"{tree / 2**20:.0f} MiB" if tree else "-"
+        print(f"{name:<26}{secs:>9.2f}{cpu:>9.2f}{r:>11}{t:>11}  {note}")
+    print(f"cold/floor: {f['cold_over_floor']:.2f} (target <= 1.20)")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(main())
