@@ -54,11 +54,11 @@ def render(result: AuditResult, args: argparse.Namespace, fmt: str) -> str:
     if fmt == "junit":
         from pinguard.report import junit
 
-        return junit.render(result)
+        return junit.render(result, fail_on=fail_on)
     if fmt == "markdown":
         from pinguard.report import markdown
 
-        return markdown.render(result)
+        return markdown.render(result, fail_on=fail_on, allow_incomplete=args.allow_incomplete)
     from pinguard.report import table
 
     buf = io.StringIO()
