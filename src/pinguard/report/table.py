@@ -81,12 +81,12 @@ def render(
                 f"{'  ' * i}{x.package} {x.version} requires {x.requirement}"
                 for i, x in enumerate(c.causes)
             )
-            row = [c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why]
+            row: list[str | Text] = [c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why]
             table.add_row(*([c.environment] if many else []), *row)
         for u in step.unmet:
             have = f"{u.installed} installed" if u.installed else "not installed"
             row = [
-                u.package,
+                str(u.package),
                 Text("unmet", style="bold red"),
                 u.version,
                 Text(f"requires {u.requirement}, {have}", style="red"),
@@ -95,11 +95,11 @@ def render(
         console.print(table)
     if not shown:
         console.print("no build step changed a Python distribution")
-    envs = ", ".join(
+    env_text = ", ".join(
         f"{e.path} (python {e.python or '?'}, {len(e.distributions)} distributions)"
         for e in result.final.environments
     )
-    console.print(Text(f"environments: {envs or 'none found'}", style="dim"))
+    console.print(Text(f"environments: {env_text or 'none found'}", style="dim"))
     if result.findings:
         table = Table(title="findings", title_justify="left")
         for col in ("severity", "rule", "step", "package", "message"):
