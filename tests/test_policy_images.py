@@ -274,8 +274,7 @@ def only(found: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_default_policy_fires_the_default_rules(audit: Any, policy_image: PolicyImage) -> None:
-    """The shipped default finds exactly the downgrades, the still-unmet requirement, the
-    colliding file and the duplicate dist-info, each at the step that caused it."""
+    """The shipped default reports the downgrades, unmet requirement, collision and duplicate."""
     run = audit("--policy", SHIPPED_DEFAULT)
     assert run.code == 1
     assert run.doc["verdict"] == "fail"
@@ -348,9 +347,7 @@ def test_no_policy_is_the_shipped_default(
 
 
 def test_glm_policy_forbidden_pin_coupling_and_nightlies(audit: Any) -> None:
-    """The shipped GLM policy: forbidden NCCL with reason and link, the NCCL pin, the
-    flashinfer/cutlass-dsl coupling and unpinned nightlies fire in the system environment,
-    and none of them in the virtualenv, where everything is at known-good versions."""
+    """The GLM policy fires forbidden, pin, coupling and nightly rules in the system env only."""
     run = audit("--policy", SHIPPED_GLM)
     assert run.code == 1
     forbidden = only(run.rule("forbidden-version"))
@@ -416,8 +413,7 @@ def test_glm_forbidden_flashinfer_only_for_sm_121(
 
 
 def test_pins_and_exactly_pinned_nightly(audit: Any, tmp_path: Path) -> None:
-    """A range pin fires where the version is outside it; a bare-version pin that holds does
-    not; a nightly pinned with `==` is allowed while a pre-release under a range pin is not."""
+    """Pins fire outside their range; a nightly pinned with `==` is allowed, a loose one is not."""
     policy = write_policy(tmp_path, "pins.toml", """\
 [rules.unpinned-prerelease]
 enabled = true
@@ -480,8 +476,7 @@ packages = ["nvidia_nccl_cu13"]
 
 
 def test_record_mismatch_needs_verify_records(audit: Any) -> None:
-    """A file patched by a later RUN step differs from its RECORD: reported only with
-    --verify-records; files nobody touched (and identical shared files) are not."""
+    """A file patched after install is a record-mismatch, only with --verify-records."""
     plain = audit("--policy", SHIPPED_DEFAULT)
     assert plain.rule("record-mismatch") == []
     run = audit("--policy", SHIPPED_DEFAULT, "--verify-records")
@@ -537,8 +532,7 @@ environments = ["/usr/*"]
 
 
 def test_scope_platforms_and_markers(audit: Any, tmp_path: Path) -> None:
-    """`platforms` matches the image platform (variants included); `marker` is evaluated with
-    the environment's Python: rules out of scope find nothing."""
+    """Rules scoped to another platform or a false marker find nothing; in scope they fire."""
     platform = audit("--policy", SHIPPED_DEFAULT).doc["image"]["platform"]
     assert platform
     assert platform.startswith("linux/")
@@ -669,8 +663,7 @@ environments = ["/usr/local/*"]
 
 
 def test_valid_waiver_marks_findings_waived_and_passes(audit: Any, tmp_path: Path) -> None:
-    """Unexpired waivers (naming the package, or the package that caused the downgrade) keep
-    the findings in the report, marked waived with the reason, and the gate passes."""
+    """Unexpired waivers keep findings in the report, marked waived, and the gate passes."""
     policy = write_policy(tmp_path, "waived.toml", WAIVED.format(alpha_expires="2099-12-31"))
     run = audit("--policy", policy)
     downgrades = {f["package"]: f for f in run.rule("downgrade")}
@@ -700,8 +693,7 @@ expires = 2099-12-31
 
 
 def test_expired_waiver_is_an_error_and_waives_nothing(audit: Any, tmp_path: Path) -> None:
-    """After its expiry date a waiver is an `expired-waiver` error at its own line and the
-    finding it used to cover is open again."""
+    """An expired waiver is an error at its own line and its finding is open again."""
     policy = write_policy(tmp_path, "expired.toml", WAIVED.format(alpha_expires="2020-01-31"))
     run = audit("--policy", policy)
     expired = only(run.rule("expired-waiver"))
@@ -773,8 +765,7 @@ def test_vendored_sarif_schema_is_the_official_one() -> None:
 def test_sarif_is_valid_and_points_at_dockerfile_lines(
     audit: Any, policy_image: PolicyImage, report_policy: str
 ) -> None:
-    """SARIF with --dockerfile validates against the official schema; every result of a step
-    points at the line of that step's RUN in the Dockerfile the image was built from."""
+    """SARIF validates against the official schema and points at each step's RUN line."""
     run = audit("--policy", report_policy, "--target", "sm_121", "--verify-records",
                 "--dockerfile", str(policy_image.dockerfile), fmt="sarif")
     assert run.code == 1
@@ -850,8 +841,7 @@ def test_sarif_without_dockerfile_points_at_policy_lines(
 def test_junit_parses_back_one_case_per_rule_and_package(
     audit: Any, report_policy: str
 ) -> None:
-    """JUnit: one test case per (rule, package), failures for unwaived findings, skipped for
-    waived ones, and counts that agree with the cases."""
+    """JUnit parses back: one case per (rule, package), failures open, waived ones skipped."""
     findings = audit("--policy", report_policy).findings
     run = audit("--policy", report_policy, fmt="junit")
     assert run.code == 1
@@ -913,8 +903,7 @@ def test_markdown_renders_verdict_table_and_folded_waivers(
 
 
 def test_reports_agree_with_fail_on(audit: Any, tmp_path: Path) -> None:
-    """With only warnings left, `--fail-on` decides the exit code, and the Markdown verdict
-    and the JUnit failures agree with it."""
+    """Exit code, Markdown verdict and JUnit failures all follow `--fail-on`."""
     policy = write_policy(tmp_path, "warnings.toml", """\
 [rules.downgrade]
 severity = "warning"
