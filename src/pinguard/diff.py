@@ -62,12 +62,8 @@ def _admits(req: Requirement, version: Version | None) -> bool:
     return req.specifier.contains(version, prereleases=True)
 
 
-def _pick(dists: tuple[Distribution, ...]) -> dict[NormalizedName, Distribution]:
-    """One distribution per name: the first by metadata path, as importlib finds it."""
-    out: dict[NormalizedName, Distribution] = {}
-    for d in sorted(dists, key=lambda d: d.metadata_path):
-        out.setdefault(d.name, d)
-    return out
+def _pick(env: Environment | None) -> dict[NormalizedName, Distribution]:
+    return env.by_name() if env is not None else {}
 
 
 def _kind(before: Distribution, after: Distribution) -> ChangeKind | None:
@@ -96,8 +92,8 @@ def diff_environments(
     """Changes from ``before`` to ``after`` (one environment) and newly unmet requirements."""
     either = after if after is not None else before
     path = either.path if either is not None else ""
-    old = _pick(before.distributions) if before else {}
-    new = _pick(after.distributions) if after else {}
+    old = _pick(before)
+    new = _pick(after)
     python = (after.python if after else None) or (before.python if before else None)
     menv = marker_environment(python, platform)
     raw: dict[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]] = {}
@@ -191,7 +187,7 @@ def unmet_requirements(env: Environment | None, platform: Platform | None) -> tu
     """Every requirement of an installed distribution that the environment does not meet."""
     if env is None:
         return ()
-    installed = _pick(env.distributions)
+    installed = _pick(env)
     menv = marker_environment(env.python, platform)
     out: list[Unmet] = []
     for dist in installed.values():

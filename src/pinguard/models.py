@@ -118,7 +118,11 @@ class Environment:
     distributions: tuple[Distribution, ...] = ()
 
     def by_name(self) -> dict[NormalizedName, Distribution]:
-        return {d.name: d for d in self.distributions}
+        """One distribution per name: the first by metadata path, as importlib finds it."""
+        out: dict[NormalizedName, Distribution] = {}
+        for d in sorted(self.distributions, key=lambda d: d.metadata_path):
+            out.setdefault(d.name, d)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,12 @@ def render(
                 f"{'  ' * i}{x.package} {x.version} requires {x.requirement}"
                 for i, x in enumerate(c.causes)
             )
-            row: list[str | Text] = [c.name, Text(c.kind.value, style=_KIND_STYLE[c.kind]), version, why]
+            row: list[str | Text] = [
+                c.name,
+                Text(c.kind.value, style=_KIND_STYLE[c.kind]),
+                version,
+                why,
+            ]
             table.add_row(*([c.environment] if many else []), *row)
         for u in step.unmet:
             have = f"{u.installed} installed" if u.installed else "not installed"
