@@ -31,11 +31,39 @@ DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "INSTALLER", "REQUESTED", "di
 EGG_INFO_FILES = frozenset({"PKG-INFO", "requires.txt", "installed-files.txt"})
 _PY_LIB = re.compile(r"/lib/python(3\.\d+)/")
 _PY_MARKER = re.compile(r"^(.*)/lib/python(3\.\d+)/os\.py$")
-# Files of the internal reinstall fingerprint are those a reinstall of identical bytes
+# Files left out of the reinstall fingerprint: those a reinstall of identical bytes
 # rewrites differently (bytecode embeds mtimes; installer bookkeeping).
-_FINGERPRINT_SKIP = re.compile(
-    r"(\.pyc$|\.dist-info/(RECORD|INSTALLER|REQUESTED|direct_url\.json)$)"
-)
+_BOOKKEEPING = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+
+
+def _fingerprint_skip(path: str) -> bool:
+    if path.endswith(".pyc"):
+        return True
+    parent, _, base = path.rpartition("/")
+    return base in _BOOKKEEPING and parent.endswith(".dist-info")
+
+
+def _parse_record(env: str, data: bytes) -> list[tuple[str, str]]:
+    """RECORD rows as sorted (absolute path, hash); paths are relative to ``env``.
+
+    Most rows are plain relative paths and are joined by string concatenation; only rows
+    with ``..``/``.`` components or absolute paths go through ``normpath`` (this runs for
+    every installed file, so it is kept cheap).
+    """
+    out: list[tuple[str, str]] = []
+    prefix = env.rstrip("/") + "/"
+    normpath, join = posixpath.normpath, posixpath.join
+    for row in csv.reader(io.StringIO(data.decode("utf-8"))):
+        if not row or not row[0]:
+            continue
+        rel = row[0]
+        if rel[0] == "/" or "./" in rel or rel.endswith("/.") or "//" in rel:
+            path = normpath(join(env, rel))
+        else:
+            path = prefix + rel
+        out.append((path, row[1] if len(row) > 1 else ""))
+    out.sort()
+    return out
 
 
 def metadata_dir(path: str) -> str | None:
@@ -167,20 +195,13 @@ def parse_distribution(
     record_bytes = files.get(f"{meta_dir}/RECORD")
     if record_bytes is not None:
         try:
-            rows = csv.reader(io.StringIO(record_bytes.decode("utf-8")))
-            for row in rows:
-                if not row or not row[0]:
-                    continue
-                path = posixpath.normpath(posixpath.join(env, row[0]))
-                record.append((path, row[1] if len(row) > 1 else ""))
+            record = _parse_record(env, record_bytes)
         except (UnicodeDecodeError, csv.Error) as exc:
             problems.append(Incomplete(f"{meta_dir}/RECORD", f"unreadable RECORD: {exc}"))
-    record.sort()
     fp = hashlib.sha256()
     if record:
-        for path, digest in record:
-            if not _FINGERPRINT_SKIP.search(path):
-                fp.update(f"{path},{digest}\n".encode())
+        kept = [f"{path},{digest}" for path, digest in record if not _fingerprint_skip(path)]
+        fp.update("\n".join(kept).encode("utf-8", "surrogateescape"))
     else:
         fp.update(metadata)
     direct_url = None

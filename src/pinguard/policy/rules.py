@@ -269,11 +269,16 @@ def _split(digest: str) -> tuple[str, str]:
 def file_collision(facts: Facts) -> Iterator[Hit]:
     """Pairs of distributions in one environment whose RECORDs give one path two hashes."""
     for env in facts.environments:
-        claims: dict[str, list[tuple[Distribution, str]]] = defaultdict(list)
+        # One dict entry per path; a list only for the rare paths claimed twice.
+        owner: dict[str, tuple[Distribution, str]] = {}
+        claims: dict[str, list[tuple[Distribution, str]]] = {}
         for dist in env.distributions:
             for path, digest in dist.record:
                 if digest:
-                    claims[path].append((dist, digest))
+                    claim = (dist, digest)
+                    prev = owner.setdefault(path, claim)
+                    if prev is not claim:
+                        claims.setdefault(path, [prev]).append(claim)
         pairs: dict[tuple[str, str], list[str]] = defaultdict(list)
         dists: dict[str, Distribution] = {}
         for path, owners in claims.items():
