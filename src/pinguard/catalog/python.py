@@ -33,14 +33,14 @@ _PY_LIB = re.compile(r"/lib/python(3\.\d+)/")
 _PY_MARKER = re.compile(r"^(.*)/lib/python(3\.\d+)/os\.py$")
 # Files left out of the reinstall fingerprint: those a reinstall of identical bytes
 # rewrites differently (bytecode embeds mtimes; installer bookkeeping).
-_BOOKKEEPING = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+_FINGERPRINT_SKIP = (".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json")
 
 
-def _fingerprint_skip(path: str) -> bool:
-    if path.endswith(".pyc"):
-        return True
-    parent, _, base = path.rpartition("/")
-    return base in _BOOKKEEPING and parent.endswith(".dist-info")
+def record_fingerprint(record: list[tuple[str, str]]) -> str:
+    """A digest of sorted RECORD rows, bytecode and bookkeeping left out."""
+    kept = [row for row in record if not row[0].endswith(_FINGERPRINT_SKIP)]
+    text = "\n".join(map(",".join, kept))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _parse_record(env: str, data: bytes) -> list[tuple[str, str]]:
@@ -198,12 +198,10 @@ def parse_distribution(
             record = _parse_record(env, record_bytes)
         except (UnicodeDecodeError, csv.Error) as exc:
             problems.append(Incomplete(f"{meta_dir}/RECORD", f"unreadable RECORD: {exc}"))
-    fp = hashlib.sha256()
     if record:
-        kept = [f"{path},{digest}" for path, digest in record if not _fingerprint_skip(path)]
-        fp.update("\n".join(kept).encode("utf-8", "surrogateescape"))
+        fingerprint = record_fingerprint(record)
     else:
-        fp.update(metadata)
+        fingerprint = hashlib.sha256(metadata).hexdigest()[:16]
     direct_url = None
     du = files.get(f"{meta_dir}/direct_url.json")
     if du is not None:
@@ -226,7 +224,7 @@ def parse_distribution(
         requested=f"{meta_dir}/REQUESTED" in files,
         direct_url=direct_url,
         record=tuple(record),
-        fingerprint=fp.hexdigest()[:16],
+        fingerprint=fingerprint,
         display_name=name,
     )
     return dist, problems
