@@ -22,9 +22,19 @@ def analyzer_key(verify_records: bool) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+# Every base name an analyzer may keep: a set lookup rejects almost every member of a layer
+# before the analyzers' own path rules run (this is called once per tar member).
+_BASENAMES = frozenset(
+    {*python.DIST_INFO_FILES, *python.EGG_INFO_FILES, "pyvenv.cfg", "os.py", "status"}
+)
+
+
 def selector(verify_records: bool) -> Selector:
     def select(path: str) -> int:
-        if python.wants(path) or dpkg.wants(path):
+        base = path[path.rfind("/") + 1 :]
+        if (base in _BASENAMES or base.endswith(".egg-info")) and (
+            python.wants(path) or dpkg.wants(path)
+        ):
             return CAPTURE
         if verify_records and python.in_environment(path):
             return HASH
