@@ -16,7 +16,7 @@ from tests.infra.scenario import STEPS, Scenario, dockerfile
 pytestmark = pytest.mark.integration
 
 SCHEMA = json.loads(
-    (Path(__file__).parent / "policy" / "data" / "sarif-2.1.0-subset.schema.json").read_text()
+    (Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text()
 )
 POLICY = """\
 [[pin]]
@@ -57,7 +57,7 @@ def gate(
 
 def results(sarif: Path) -> list[dict[str, object]]:
     log = json.loads(sarif.read_text())
-    jsonschema.Draft4Validator(SCHEMA).validate(log)
+    jsonschema.Draft7Validator(SCHEMA).validate(log)
     assert log["version"] == "2.1.0"
     assert len(log["runs"]) == 1
     out: list[dict[str, object]] = log["runs"][0]["results"]
@@ -131,7 +131,7 @@ def test_unreadable_image_exits_3_with_reports(
     code, sarif, junit = gate(files["good"], missing, files["policy"], tmp_path)
     assert code == 3
     log = json.loads(sarif.read_text())
-    jsonschema.Draft4Validator(SCHEMA).validate(log)
+    jsonschema.Draft7Validator(SCHEMA).validate(log)
     invocation = log["runs"][0]["invocations"][0]
     assert invocation["executionSuccessful"] is False
     assert any(r["ruleId"] == "unconstrained-install" for r in log["runs"][0]["results"])
