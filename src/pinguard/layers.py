@@ -17,6 +17,8 @@ import base64
 import gzip
 import hashlib
 import posixpath
+import queue
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ _ISAL_ERRORS: tuple[type[BaseException], ...] = (
 _DECOMPRESS_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, *_ISAL_ERRORS)
 
 CHUNK = 1 << 20
+PREFETCH_CHUNKS = 8  # raw chunks fetched and hashed ahead of the inflater
 IN_CHUNK = 1 << 20  # compressed bytes per read from the blob stream
 OUT_CHUNK = 4 << 20  # decompressed bytes per chunk at most (memory stays flat)
 BLOCK = 512
@@ -105,7 +108,13 @@ class LayerAnalysis:
 
 
 class VerifyingReader:
-    """Reads a raw blob while hashing it; ``finish`` drains the rest and checks it."""
+    """Reads a raw blob while hashing it; ``finish`` drains the rest and checks it.
+
+    With ``prefetch`` a background thread fetches and hashes the blob a few chunks ahead
+    (socket reads and ``hashlib`` release the GIL), so fetching and hashing overlap with
+    inflating and walking in the consuming thread. The queue is bounded, so memory stays
+    flat whatever the blob size.
+    """
 
     def __init__(
         self,
@@ -113,6 +122,8 @@ class VerifyingReader:
         digest: str | None,
         size: int | None,
         progress: Callable[[int], None] | None = None,
+        *,
+        prefetch: bool = False,
     ) -> None:
         self._raw = raw
         self._digest = digest
@@ -123,8 +134,17 @@ class VerifyingReader:
             raise BlobVerificationError(f"unsupported digest algorithm in {digest!r}")
         self._hash = hashlib.new(algo)
         self.count = 0
+        self._pending = b""
+        self._queue: queue.Queue[bytes | BaseException | None] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if prefetch:
+            self._queue = queue.Queue(maxsize=PREFETCH_CHUNKS)
+            self._thread = threading.Thread(target=self._pump, name="blob-prefetch", daemon=True)
+            self._thread.start()
 
-    def read(self, n: int = -1, /) -> bytes:
+    def _take(self, n: int) -> bytes:
+        """Read, hash and count up to ``n`` raw bytes (in whichever thread fetches)."""
         data = self._raw.read(n)
         if data:
             self._hash.update(data)
@@ -137,15 +157,63 @@ class VerifyingReader:
                 self._progress(len(data))
         return data
 
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        assert self._queue is not None
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _pump(self) -> None:
+        try:
+            while not self._stop.is_set():
+                data = self._take(CHUNK)
+                if not data:
+                    break
+                if not self._put(data):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the consuming thread
+            self._put(exc)
+
+    def read(self, n: int = -1, /) -> bytes:
+        if self._queue is None:
+            return self._take(n)
+        if not self._pending:
+            item = self._queue.get()
+            if item is None:
+                self._queue.put(None)  # stay at EOF for later reads
+                return b""
+            if isinstance(item, BaseException):
+                self._queue.put(item)
+                raise item
+            self._pending = item
+        if n < 0 or n >= len(self._pending):
+            data, self._pending = self._pending, b""
+        else:
+            data, self._pending = self._pending[:n], self._pending[n:]
+        return data
+
     def readinto(self, b: memoryview | bytearray) -> int:  # used by gzip readers
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
 
+    def close(self) -> None:
+        """Stop the prefetch thread (if any) without waiting for the rest of the blob."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
     def finish(self) -> str:
         """Drain what is left, then verify size and digest; return the computed digest."""
         while self.read(CHUNK):
             pass
+        if self._thread is not None:
+            self._thread.join()
         got = f"{self._hash.name}:{self._hash.hexdigest()}"
         if self._size is not None and self.count != self._size:
             raise BlobVerificationError(
@@ -366,15 +434,13 @@ def _checksum_ok(header: bytes) -> bool:
     if (stored - unsigned) % 65521 == 0:
         return True
     exact = sum(header) - sum(field_) + 256
-    signed = exact - 256 * sum(1 for b in header if b >= 128) + 256 * sum(
-        1 for b in field_ if b >= 128
+    signed = (
+        exact - 256 * sum(1 for b in header if b >= 128) + 256 * sum(1 for b in field_ if b >= 128)
     )
     return stored in (exact, signed)
 
 
-def _walk(
-    src: _Chunks, select: Selector, everything: bool, counter: list[int]
-) -> Iterator[Member]:
+def _walk(src: _Chunks, select: Selector, everything: bool, counter: list[int]) -> Iterator[Member]:
     """The tar walk. With ``everything`` false only members ``select`` keeps and whiteout
     candidates are yielded (the rest are counted in ``counter[0]`` and passed over)."""
     pending: dict[str, str] = {}
@@ -581,42 +647,46 @@ def analyze_stream(
     size: int | None,
     select: Selector,
     progress: Callable[[int], None] | None = None,
+    prefetch: bool = True,
 ) -> LayerAnalysis:
     """Stream one blob: verify it, walk its tar, keep what ``select`` asks for."""
-    verifier = VerifyingReader(raw, digest, size, progress)
-    result = LayerAnalysis(digest=digest or "")
-    counter = [0]
+    verifier = VerifyingReader(raw, digest, size, progress, prefetch=prefetch)
     try:
-        src = _Chunks(inflated_chunks(verifier))
-        for member in _walk(src, select, False, counter):
-            path = member.path
-            if ".wh." in path:
-                cut = path.rfind("/")
-                base = path[cut + 1 :]
-                if base.startswith(WHITEOUT):
-                    parent = path[:cut] or "/"
-                    if base == OPAQUE:
-                        result.opaque.append(parent)
-                    else:
-                        result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
-                    continue
-            if member.data is not None:
-                result.files[member.path] = member.data
-            elif member.digest is not None:
-                result.hashes[member.path] = member.digest
-        result.members = counter[0]
-        result.size = src.total
-    except _DECOMPRESS_ERRORS as exc:
-        raise LayerError(f"layer {digest}: cannot decompress: {exc}") from exc
-    except LayerError as exc:
-        raise LayerError(f"layer {digest}: {exc}") from exc
-    except Exception as exc:
-        if type(exc).__module__.startswith("zstandard"):
-            raise LayerError(f"layer {digest}: cannot decompress zstd: {exc}") from exc
-        raise
-    computed = verifier.finish()
-    if not result.digest:
-        result.digest = computed
+        result = LayerAnalysis(digest=digest or "")
+        counter = [0]
+        try:
+            src = _Chunks(inflated_chunks(verifier))
+            for member in _walk(src, select, False, counter):
+                path = member.path
+                if ".wh." in path:
+                    cut = path.rfind("/")
+                    base = path[cut + 1 :]
+                    if base.startswith(WHITEOUT):
+                        parent = path[:cut] or "/"
+                        if base == OPAQUE:
+                            result.opaque.append(parent)
+                        else:
+                            result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
+                        continue
+                if member.data is not None:
+                    result.files[member.path] = member.data
+                elif member.digest is not None:
+                    result.hashes[member.path] = member.digest
+            result.members = counter[0]
+            result.size = src.total
+        except _DECOMPRESS_ERRORS as exc:
+            raise LayerError(f"layer {digest}: cannot decompress: {exc}") from exc
+        except LayerError as exc:
+            raise LayerError(f"layer {digest}: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("zstandard"):
+                raise LayerError(f"layer {digest}: cannot decompress zstd: {exc}") from exc
+            raise
+        computed = verifier.finish()
+        if not result.digest:
+            result.digest = computed
+    finally:
+        verifier.close()
     return result
 
 
@@ -636,9 +706,7 @@ def analyze_directory(
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = "/" + os.path.relpath(dirpath, root).replace(os.sep, "/")
         rel_dir = "/" if rel_dir == "/." else rel_dir
-        dirnames[:] = sorted(
-            d for d in dirnames if posixpath.join(rel_dir, d) not in skip
-        )
+        dirnames[:] = sorted(d for d in dirnames if posixpath.join(rel_dir, d) not in skip)
         for name in filenames:
             path = posixpath.join(rel_dir, name)
             if path in skip:
