@@ -56,12 +56,21 @@ class AuditOptions:
     jobs: int = 0  # worker processes for layers; 0: one per core
 
 
-def _analyze_one(source: ImageSource, layer: LayerRef, verify: bool) -> LayerAnalysis:
+def _analyze_one(
+    source: ImageSource, layer: LayerRef, verify: bool, cache: LayerCache | None
+) -> LayerAnalysis:
+    """One layer in a worker process; the worker also writes the cache entry, so the
+    serialisation runs on both cores instead of after the pool."""
     stream = source.open_blob(layer)
     try:
-        return analyze_stream(stream, digest=layer.digest, size=layer.size, select=selector(verify))
+        analysis = analyze_stream(
+            stream, digest=layer.digest, size=layer.size, select=selector(verify)
+        )
     finally:
         stream.close()
+    if cache is not None:
+        cache.put(analysis)
+    return analysis
 
 
 def _history_steps(
@@ -95,6 +104,7 @@ def _parallel(
     verify: bool,
     jobs: int,
     progress: Progress | None,
+    cache: LayerCache | None,
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
@@ -102,7 +112,7 @@ def _parallel(
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, verify): layer for layer in ordered
+            pool.submit(_analyze_one, source, layer, verify, cache): layer for layer in ordered
         }
         try:
             while pending:
@@ -169,13 +179,14 @@ def load_layers(
     jobs = options.jobs or (os.cpu_count() or 1)
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
-            fresh = _parallel(source, todo, options.verify_records, min(jobs, len(todo)), progress)
+            jobs = min(jobs, len(todo))
+            found.update(_parallel(source, todo, options.verify_records, jobs, progress, cache))
         else:
             fresh = _sequential(source, todo, options.verify_records, progress)
-        for digest, analysis in fresh.items():
-            if cache is not None:
-                cache.put(analysis)
-            found[digest] = analysis
+            for analysis in fresh.values():
+                if cache is not None:
+                    cache.put(analysis)
+            found.update(fresh)
     return found
 
 
