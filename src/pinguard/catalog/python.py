@@ -15,7 +15,7 @@ import io
 import json
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from packaging.metadata import parse_email
@@ -46,22 +46,30 @@ def record_fingerprint(record: list[tuple[str, str]]) -> str:
 def _parse_record(env: str, data: bytes) -> list[tuple[str, str]]:
     """RECORD rows as sorted (absolute path, hash); paths are relative to ``env``.
 
-    Most rows are plain relative paths and are joined by string concatenation; only rows
-    with ``..``/``.`` components or absolute paths go through ``normpath`` (this runs for
-    every installed file, so it is kept cheap).
+    This runs for every installed file, so it is kept cheap: a RECORD without quotes (the
+    usual case: no path holds a comma) is split on commas rather than fed to ``csv``, and
+    plain relative paths are joined by concatenation; only rows with ``.``/``..``
+    components or absolute paths go through ``normpath``.
     """
-    out: list[tuple[str, str]] = []
+    text = data.decode("utf-8")
+    rows: Iterable[list[str]] = (
+        (line.split(",", 2) for line in text.splitlines())
+        if '"' not in text
+        else csv.reader(io.StringIO(text))
+    )
     prefix = env.rstrip("/") + "/"
     normpath, join = posixpath.normpath, posixpath.join
-    for row in csv.reader(io.StringIO(data.decode("utf-8"))):
-        if not row or not row[0]:
+    out: list[tuple[str, str]] = []
+    append = out.append
+    for row in rows:
+        rel = row[0] if row else ""
+        if not rel:
             continue
-        rel = row[0]
-        if rel[0] == "/" or "./" in rel or rel.endswith("/.") or "//" in rel:
+        if "./" in rel or "//" in rel or rel[0] == "/" or rel[-1] == ".":
             path = normpath(join(env, rel))
         else:
             path = prefix + rel
-        out.append((path, row[1] if len(row) > 1 else ""))
+        append((path, row[1] if len(row) > 1 else ""))
     out.sort()
     return out
 
