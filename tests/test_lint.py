@@ -279,13 +279,6 @@ def test_cli_policy_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     """With --policy, the policy's pins drive upgrade-pinned."""
     policy = tmp_path / "p.toml"
     policy.write_text('[[pin]]\npackage = "torch"\nversion = "==2.9.1"\n')
-    pytest.importorskip("pinguard.policy")
-    from pinguard.policy import load_policy
-
-    try:
-        load_policy(policy)
-    except Exception as exc:  # the policy syntax belongs to the policy engine
-        pytest.skip(f"policy syntax differs: {exc}")
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM a\nRUN pip install -U -c /c.txt torch\n")
     out = tmp_path / "out.json"

@@ -54,8 +54,7 @@ def git(cwd: Path, *args: str, stdin: bytes | None = None) -> bytes:
 def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clone of this repository at HEAD plus the uncommitted changes to tracked files."""
     require_tool("git")
-    if not (ROOT / ".git").exists():
-        pytest.skip("not running from a git checkout")
+    assert (ROOT / ".git").exists(), "the pre-commit hooks are tested from a git checkout"
     clone = tmp_path_factory.mktemp("hooks") / "pinguard"
     git(ROOT, "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone))
     diff = git(ROOT, "diff", "HEAD", "--binary")
@@ -151,8 +150,6 @@ def test_policy_check_hook(
     project: Path, hook_repo: Path, pre_commit_home: Path, wheelhouse: Path
 ) -> None:
     """The policy hook runs `pinguard policy check` on policies/*.toml."""
-    if not (hook_repo / "src" / "pinguard" / "cli" / "policy.py").exists():
-        pytest.skip("`pinguard policy check` is not in this checkout yet")
     (project / "policies").mkdir()
     shutil.copy(hook_repo / "policies" / "default.toml", project / "policies" / "default.toml")
     result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-policy-check")

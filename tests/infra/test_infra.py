@@ -145,8 +145,7 @@ def test_uv_compiles_against_served_index(
     tmp_path: Path, serve_wheels: Callable[[Path], IndexServer]
 ) -> None:
     """uv (which speaks PEP 691 JSON) resolves a dev release and its pins from the index."""
-    if not UV.exists():
-        pytest.skip("uv is not installed in the test venv")
+    assert UV.exists(), "uv is not installed in the test venv (pip install -e '.[test]')"
     wheels = tmp_path / "w"
     build_wheel(WheelSpec("flashinfer-python", "0.6.18.dev20261120", ("torch>=2.12",)), wheels)
     build_wheel(WheelSpec("torch", "2.12.1", ("nvidia-nccl-cu13==2.29.7",)), wheels)
