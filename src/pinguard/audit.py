@@ -221,7 +221,10 @@ def build_result(
             steps.append(Step(index, created_by, None, comment=comment))
             snapshots.append(previous)
             continue
-        snap = state.apply(analyses[layer.digest])
+        analysis = analyses[layer.digest]
+        for path, why in analysis.unreadable:
+            incomplete.setdefault((path, why), Incomplete(path, why))
+        snap = state.apply(analysis)
         for item in snap.incomplete:
             incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)

@@ -70,6 +70,9 @@ class LayerAnalysis:
     opaque: list[str] = field(default_factory=list)
     members: int = 0
     size: int = 0  # uncompressed tar bytes
+    # (path, reason) of selected files that could not be read (directories on disk only;
+    # a layer stream that cannot be read is an error, not a partial analysis)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
@@ -86,6 +89,7 @@ class LayerAnalysis:
             "opaque": sorted(self.opaque),
             "members": self.members,
             "size": self.size,
+            "unreadable": [list(u) for u in sorted(self.unreadable)],
         }
 
     @classmethod
@@ -104,6 +108,7 @@ class LayerAnalysis:
             opaque=list(data["opaque"]),  # type: ignore[call-overload]
             members=int(data["members"]),  # type: ignore[call-overload]
             size=int(data["size"]),  # type: ignore[call-overload]
+            unreadable=[(str(p), str(w)) for p, w in data.get("unreadable", [])],  # type: ignore[attr-defined]
         )
 
 
@@ -729,5 +734,5 @@ def analyze_directory(
                         digest = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
                         result.hashes[path] = f"sha256={digest}"
             except OSError as exc:
-                raise LayerError(f"cannot read {full!r}: {exc.strerror}") from exc
+                result.unreadable.append((path, f"cannot read: {exc.strerror or exc}"))
     return result
