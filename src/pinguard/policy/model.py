@@ -21,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
+from pinguard.diff import marker_environment
 from pinguard.models import Environment, Platform, Severity
 
 
@@ -138,33 +139,6 @@ def _platform_matches(pattern: str, platform: Platform) -> bool:
     return all(w == h for w, h in zip(want, have, strict=False))
 
 
-def marker_environment(env: Environment | None, platform: Platform | None) -> dict[str, str]:
-    """Marker variables for an environment in an image (what its Python would report)."""
-    values = {
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-        "os_name": "posix",
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_release": "",
-        "platform_version": "",
-        "implementation_version": "",
-        "extra": "",
-    }
-    if platform is not None:
-        values["platform_machine"] = platform.machine
-        if platform.os != "linux":
-            values["sys_platform"] = platform.os
-            values["platform_system"] = platform.os.capitalize()
-    if env is not None and env.python:
-        parts = env.python.split(".")
-        values["python_version"] = ".".join(parts[:2])
-        full = env.python if len(parts) >= 3 else f"{env.python}.0"
-        values["python_full_version"] = full
-        values["implementation_version"] = full
-    return values
-
-
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Where a rule or entry applies; every given condition must hold (empty: any).
@@ -204,7 +178,8 @@ class Scope:
             if not any(fnmatch.fnmatchcase(env_path, g) for g in self.environments):
                 return False
         if self.marker is not None:
-            return bool(self.marker.evaluate(marker_environment(env, platform)))
+            values = marker_environment(env.python if env is not None else None, platform)
+            return bool(self.marker.evaluate(values))
         return True
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import parse_tag
@@ -36,6 +35,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from pinguard.diff import marker_environment
 from pinguard.errors import ResolveError
 from pinguard.models import Platform
 
@@ -75,18 +75,7 @@ class TargetEnvironment:
 
     def markers(self) -> dict[str, str]:
         """A PEP 508 marker environment for this target (the host's values where unknown)."""
-        env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
-        mm = self.major_minor
-        if mm and self.python_version:
-            env["python_version"] = mm
-            full = self.python_version if self.python_version.count(".") >= 2 else f"{mm}.0"
-            env["python_full_version"] = full
-            env["implementation_version"] = full
-        if self.platform is not None:
-            env["platform_machine"] = self.platform.machine
-            if self.platform.os == "linux":
-                env.update(sys_platform="linux", platform_system="Linux", os_name="posix")
-        return env
+        return marker_environment(self.python_version, self.platform)
 
 
 @dataclass(frozen=True, slots=True)
