@@ -27,12 +27,13 @@ FAIL_ON = {
 
 
 def parse_platform(text: str) -> Platform:
-    parts = text.split("/")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise UsageError(
-            f"invalid --platform {text!r}: expected os/arch[/variant], e.g. linux/arm64"
-        )
-    return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
+    """``--platform os/arch[/variant]``; a malformed value is a usage error (exit 2)."""
+    from pinguard.sources.manifest import parse_platform as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--platform: {exc}; e.g. linux/arm64") from None
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:

@@ -140,15 +140,7 @@ def descriptors(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, A
 def descriptor_platform(desc: Mapping[str, Any]) -> Platform | None:
     """The platform an index entry declares, if any."""
     plat = desc.get("platform")
-    if not isinstance(plat, dict):
-        return None
-    os_name, arch = plat.get("os"), plat.get("architecture")
-    if not isinstance(os_name, str) or not isinstance(arch, str):
-        return None
-    variant = plat.get("variant")
-    return Platform(
-        os=os_name, architecture=arch, variant=variant if isinstance(variant, str) else ""
-    )
+    return platform_from_config(plat) if isinstance(plat, dict) else None
 
 
 def platform_from_config(config: Mapping[str, Any]) -> Platform | None:

@@ -23,7 +23,6 @@ import ipaddress
 import json
 import logging
 import os
-import platform as _platform
 import random
 import re
 import time
@@ -39,6 +38,14 @@ from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, Sou
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+from pinguard.sources.manifest import (
+    default_platform as host_platform,
+)
+from pinguard.sources.manifest import (
+    descriptor_platform,
+    platform_from_config,
+    platform_matches,
+)
 from pinguard.sources.reference import DockerReference, parse_reference
 
 log = logging.getLogger(__name__)
@@ -65,68 +72,6 @@ BACKOFF_CAP = 30.0
 BLOB_BUFFER = 1024 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _NOT_RETRYABLE_5XX = frozenset({501, 505})
-_ARCH_ALIASES: Mapping[str, tuple[str, str]] = {
-    "x86_64": ("amd64", ""),
-    "x86-64": ("amd64", ""),
-    "amd64": ("amd64", ""),
-    "aarch64": ("arm64", ""),
-    "arm64": ("arm64", ""),
-    "armv8l": ("arm64", ""),
-    "armv7l": ("arm", "v7"),
-    "armv7": ("arm", "v7"),
-    "armv6l": ("arm", "v6"),
-    "armhf": ("arm", "v7"),
-    "armel": ("arm", "v6"),
-    "i386": ("386", ""),
-    "i686": ("386", ""),
-    "ppc64el": ("ppc64le", ""),
-}
-_DEFAULT_VARIANT: Mapping[str, str] = {"arm64": "v8", "arm": "v7"}
-
-
-# --- platforms -------------------------------------------------------------------------
-
-
-def normalize_platform(value: Platform) -> Platform:
-    """Canonical names: x86_64 -> amd64, aarch64 -> arm64 (variant v8 when unspecified)."""
-    arch, implied = _ARCH_ALIASES.get(value.architecture.lower(), (value.architecture.lower(), ""))
-    variant = (value.variant or implied).lower()
-    if not variant:
-        variant = _DEFAULT_VARIANT.get(arch, "")
-    return Platform(os=value.os.lower(), architecture=arch, variant=variant)
-
-
-def host_platform() -> Platform:
-    """linux and this machine's architecture (variant left open)."""
-    arch, variant = _ARCH_ALIASES.get(
-        _platform.machine().lower(), (_platform.machine().lower(), "")
-    )
-    return Platform(os="linux", architecture=arch, variant=variant)
-
-
-def platform_matches(wanted: Platform, candidate: Platform) -> bool:
-    """True when an image for ``candidate`` is what ``wanted`` asks for.
-
-    Architectures compare after normalisation; an unspecified variant means the
-    architecture's default (v8 for arm64, v7 for arm) where there is one, else any."""
-    w, c = normalize_platform(wanted), normalize_platform(candidate)
-    if w.os != c.os or w.architecture != c.architecture:
-        return False
-    if wanted.variant or w.architecture in _DEFAULT_VARIANT:
-        return w.variant == c.variant
-    return True
-
-
-def _platform_of(data: Mapping[str, Any]) -> Platform | None:
-    os_name, arch = data.get("os"), data.get("architecture")
-    if not isinstance(os_name, str) or not isinstance(arch, str) or not os_name or not arch:
-        return None
-    variant = data.get("variant")
-    return Platform(
-        os=os_name, architecture=arch, variant=variant if isinstance(variant, str) else ""
-    )
-
-
 # --- hosts and challenges -------------------------------------------------------------
 
 
@@ -616,7 +561,7 @@ class RegistrySource(ImageSource):
             annotations = desc.get("annotations") or {}
             if isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type"):
                 continue  # attestations and other non-image entries
-            plat = _platform_of(desc.get("platform") or {})
+            plat = descriptor_platform(desc)
             if plat is None or plat.os == "unknown":
                 continue
             entries.append((desc, plat))
@@ -675,7 +620,7 @@ class RegistrySource(ImageSource):
             raise SourceError(f"{what} has no config descriptor")
         config = self._fetch_config(config_desc["digest"])
 
-        config_platform = _platform_of(config)
+        config_platform = platform_from_config(config)
         if chosen_platform is None:
             chosen_platform = config_platform
             wanted = self.options.platform
