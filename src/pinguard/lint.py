@@ -35,6 +35,13 @@ from packaging.utils import (
 from pinguard import __version__
 from pinguard.dockerfile import Dockerfile, Instruction, expand_word
 from pinguard.models import Finding, Severity
+from pinguard.pipcli import (
+    ASSIGNMENT,
+    basename,
+    parse_install,
+    pip_invocation,
+    strip_wrappers,
+)
 
 __all__ = [
     "DEFAULT_NIGHTLY_PATTERNS",
@@ -88,67 +95,11 @@ DEFAULT_NIGHTLY_PATTERNS: tuple[str, ...] = (
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "uv"})
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
-TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
-RESERVED = frozenset(
-    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "time"}
-)
 _OPERATORS = (
     "&&", "||", ";;", "|&", "<<-", "<<<", "<<", ">>", ">&", "<&", ">|", "&>", "<>",
     "&", "|", ";", "(", ")", "<", ">", "\n",
 )  # fmt: skip
 _SEPARATORS = frozenset({"&&", "||", ";;", "|&", "&", "|", ";", "(", ")", "\n"})
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_PIP = re.compile(r"pip(\d+(\.\d+)*)?")
-_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-
-
-def _options(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-# Options that take a value, per tool; everything else is a flag (or carries ``=value``).
-_PIP_VALUE = _options(
-    """-r --requirement -c --constraint -e --editable -t --target --platform --python-version
-    --implementation --abi --root --prefix --src --upgrade-strategy -C --config-settings
-    --global-option --build-option --install-option --no-binary --only-binary --progress-bar
-    --root-user-action --report -i --index-url --extra-index-url -f --find-links --cache-dir
-    --log --log-file --proxy --retries --timeout --exists-action --trusted-host --cert
-    --client-cert --python --group --build-constraint --keyring-provider --use-feature
-    --use-deprecated --resume-retries"""
-)
-_UV_VALUE = _options(
-    """-r --requirement --requirements -c --constraint --constraints --override --overrides -b
-    --build-constraint --build-constraints -e --editable -i --index-url --extra-index-url --index
-    --default-index -f --find-links --index-strategy --keyring-provider -P --upgrade-package
-    --reinstall-package --no-binary --only-binary --no-build-package --no-binary-package -p
-    --python -t --target --prefix --python-version --python-platform --prerelease --resolution
-    --exclude-newer -C --config-setting --config-settings-package --link-mode --cache-dir
-    --directory --project --config-file --color --torch-backend --group --extra
-    --refresh-package --allow-insecure-host --trusted-host --exclude --fork-strategy
-    --no-build-isolation-package --python-preference"""
-)
-_UV_GLOBAL_VALUE = _options(
-    "--cache-dir --directory --project --config-file --color --python-preference"
-)
-_PIP_GLOBAL_VALUE = _options(
-    """--log --log-file --proxy --retries --timeout --exists-action --trusted-host --cert
-    --client-cert --cache-dir --python --keyring-provider --use-feature --use-deprecated
-    --resume-retries"""
-)
-# option spelling -> canonical key
-_CANONICAL = {
-    "-r": "requirement", "--requirement": "requirement", "--requirements": "requirement",
-    "-c": "constraint", "--constraint": "constraint", "--constraints": "constraint",
-    "-e": "editable", "--editable": "editable",
-    "-i": "index-url", "--index-url": "index-url", "--default-index": "index-url",
-    "--extra-index-url": "extra-index", "--index": "extra-index",
-    "-f": "find-links", "--find-links": "find-links",
-    "-U": "upgrade", "--upgrade": "upgrade",
-    "-P": "upgrade-package", "--upgrade-package": "upgrade-package",
-    "--pre": "pre", "--prerelease": "prerelease",
-    "--no-deps": "no-deps", "--require-hashes": "require-hashes",
-    "--index-strategy": "index-strategy",
-}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,165 +264,13 @@ def _expand(raw: str, env: Mapping[str, str]) -> list[str]:
     return [value]
 
 
-def _basename(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
-
-
-def _strip_wrappers(argv: list[str], inline: dict[str, str]) -> list[str]:
-    """Drop reserved words and wrappers (env, sudo, exec, ...) collecting ``env`` assignments."""
-    while argv:
-        head = _basename(argv[0])
-        if argv[0] in RESERVED or head in {"exec", "command", "nohup", "time"}:
-            argv = argv[1:]
-        elif head == "env":
-            argv = argv[1:]
-            while argv and (argv[0].startswith("-") or _ASSIGNMENT.match(argv[0])):
-                if _ASSIGNMENT.match(argv[0]):
-                    name, _, value = argv[0].partition("=")
-                    inline[name] = value
-                elif argv[0] in ("-u", "--unset") and len(argv) > 1:
-                    inline.pop(argv[1], None)
-                    argv = argv[1:]
-                argv = argv[1:]
-        elif head in {"sudo", "nice", "timeout"}:
-            argv = argv[1:]
-            while argv and argv[0].startswith("-"):
-                takes = argv[0] in {"-u", "-g", "-n", "-s", "-k", "--signal", "--kill-after"}
-                argv = argv[2:] if takes else argv[1:]
-            if head == "timeout" and argv:
-                argv = argv[1:]  # the duration
-        else:
-            return argv
-    return argv
-
-
-def _skip_options(args: list[str], value_options: frozenset[str]) -> int:
-    """Index of the first argument that is not an option (or an option's value)."""
-    k = 0
-    while k < len(args) and args[k].startswith("-"):
-        k += 2 if args[k] in value_options else 1
-    return k
-
-
-def _pip_invocation(argv: list[str]) -> tuple[str, str, list[str]] | None:
-    """(tool, subcommand, arguments) for pip / python -m pip / uv pip commands."""
-    if not argv:
-        return None
-    head = _basename(argv[0])
-    rest = argv[1:]
-    tool = ""
-    if _PIP.fullmatch(head):
-        tool = "pip"
-    elif _PYTHON.fullmatch(head):
-        k = 0
-        module = ""
-        while k < len(rest) and rest[k].startswith("-"):
-            if rest[k] == "-m" and k + 1 < len(rest):
-                module = rest[k + 1]
-                k += 2
-                break
-            if rest[k].startswith("-m") and len(rest[k]) > 2:
-                module = rest[k][2:]
-                k += 1
-                break
-            k += 2 if rest[k] in ("-X", "-W") else 1
-        if module not in ("pip", "uv"):
-            return None
-        tool, rest = module, rest[k:]
-    elif head == "uv":
-        tool = "uv"
-    else:
-        return None
-    if tool == "uv":
-        k = _skip_options(rest, _UV_GLOBAL_VALUE)
-        if k >= len(rest) or rest[k] != "pip":
-            return None
-        rest = rest[:k] + rest[k + 1 :]
-        k = _skip_options(rest, _UV_GLOBAL_VALUE)
-    else:
-        k = _skip_options(rest, _PIP_GLOBAL_VALUE)
-    if k >= len(rest):
-        return None
-    return tool, rest[k], rest[:k] + rest[k + 1 :]
-
-
 def _is_guard(argv: list[str]) -> bool:
     for k, word in enumerate(argv):
-        head = _basename(word)
+        head = basename(word)
         module = k > 0 and argv[k - 1] == "-m" and word == "pinguard"
         if module or re.fullmatch(r"pinguard([-.\w]*\.pyz)?", head):
             return k + 1 < len(argv) and argv[k + 1] == "guard"
     return False
-
-
-def _parse_install(tool: str, args: list[str], environ: Mapping[str, str]) -> dict[str, object]:
-    value_options = _UV_VALUE if tool == "uv" else _PIP_VALUE
-    options: list[tuple[str, str]] = []
-    positional: list[str] = []
-    k = 0
-    while k < len(args):
-        arg = args[k]
-        k += 1
-        if arg == "--":
-            positional.extend(args[k:])
-            break
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if not eq and name in value_options and k < len(args):
-                value = args[k]
-                k += 1
-            options.append((name, value))
-        elif arg.startswith("-") and len(arg) > 1:
-            for j in range(1, len(arg)):
-                short = "-" + arg[j]
-                if short in value_options:
-                    value = arg[j + 1 :]
-                    if not value and k < len(args):
-                        value = args[k]
-                        k += 1
-                    options.append((short, value))
-                    break
-                options.append((short, ""))
-        else:
-            positional.append(arg)
-
-    def values(key: str) -> list[str]:
-        return [v for o, v in options if _CANONICAL.get(o) == key]
-
-    def flag(key: str) -> bool:
-        return any(_CANONICAL.get(o) == key for o, _ in options)
-
-    def env_list(name: str) -> list[str]:
-        return environ.get(name, "").split()
-
-    def env_true(name: str) -> bool:
-        return environ.get(name, "").strip().lower() in TRUE_VALUES
-
-    prefix = "UV_" if tool == "uv" else "PIP_"
-    index_urls = values("index-url") or env_list(prefix + "INDEX_URL")
-    if tool == "uv":
-        index_urls = index_urls or env_list("UV_DEFAULT_INDEX")
-    extra = values("extra-index") or env_list(prefix + "EXTRA_INDEX_URL")
-    if tool == "uv":
-        extra += env_list("UV_INDEX")
-    prerelease = (values("prerelease") or [environ.get("UV_PRERELEASE", "")])[-1]
-    return {
-        "requirements": tuple(positional + values("editable")),
-        "requirement_files": tuple(values("requirement")),
-        "constraints": tuple(values("constraint") + env_list(prefix + "CONSTRAINT")),
-        "index_url": index_urls[-1] if index_urls else None,
-        "extra_index_urls": tuple(extra),
-        "find_links": tuple(values("find-links") + env_list(prefix + "FIND_LINKS")),
-        "pre": flag("pre")
-        or env_true("PIP_PRE")
-        or prerelease in {"allow", "if-necessary", "if-necessary-or-explicit"},
-        "upgrade": flag("upgrade") or env_true(prefix + "UPGRADE"),
-        "upgrade_packages": tuple(values("upgrade-package")),
-        "no_deps": flag("no-deps") or env_true(prefix + "NO_DEPS"),
-        "require_hashes": flag("require-hashes") or env_true(prefix + "REQUIRE_HASHES"),
-        "index_strategy": (values("index-strategy") or [environ.get("UV_INDEX_STRATEGY", "")])[-1]
-        or None,
-    }
 
 
 @dataclass(slots=True)
@@ -501,23 +300,23 @@ def _script_commands(
         argv: list[str] = []
         assigning = True
         for tok in words:
-            if assigning and _ASSIGNMENT.match(tok.text):
+            if assigning and ASSIGNMENT.match(tok.text):
                 name, _, raw = tok.text.partition("=")
                 inline[name] = " ".join(_expand(raw, {**env, **inline}))
                 continue
             assigning = False
             argv.extend(_expand(tok.text, {**env, **inline}))
-        argv = _strip_wrappers(argv, inline)
+        argv = strip_wrappers(argv, inline)
         if not argv:
             env.update(inline)  # NAME=value alone sets a shell variable
             continue
         if argv[0] in ("export", "declare", "typeset"):
             for word in argv[1:]:
-                if _ASSIGNMENT.match(word):
+                if ASSIGNMENT.match(word):
                     name, _, value = word.partition("=")
                     env[name] = value
             continue
-        if heredoc_scripts and _basename(argv[0]) in SHELLS and "-c" not in argv:
+        if heredoc_scripts and basename(argv[0]) in SHELLS and "-c" not in argv:
             bodies = [
                 heredoc_scripts[target]
                 for op, target in redirects
@@ -546,7 +345,7 @@ def _run_commands(instruction: Instruction) -> Iterator[_Command]:
     env = instruction.environ
     if instruction.exec_form is not None:
         argv = list(instruction.exec_form)
-        if argv and _basename(argv[0]) in SHELLS and "-c" in argv[:-1]:
+        if argv and basename(argv[0]) in SHELLS and "-c" in argv[:-1]:
             script = argv[argv.index("-c") + 1]
             line = instruction.start_line
             yield from _script_commands(_Script(script, lambda _o: line), env)
@@ -563,8 +362,8 @@ def _run_commands(instruction: Instruction) -> Iterator[_Command]:
         h.delimiter: _heredoc_script(h.body, h.start_line)
         for h in instruction.heredocs
         if not h.body.startswith("#!")
-        or _basename(h.body.split()[0]) in SHELLS
-        or _basename(h.body.split("\n", 1)[0].split()[-1]) in SHELLS
+        or basename(h.body.split()[0]) in SHELLS
+        or basename(h.body.split("\n", 1)[0].split()[-1]) in SHELLS
     }
     line_script = _Script(instruction.args, instruction.line_at)
     tokens = _tokenize(instruction.args)
@@ -590,12 +389,12 @@ def _walk(dockerfile: Dockerfile) -> Iterator[tuple[InstallCommand | _Command, i
         if instruction.keyword != "RUN":
             continue
         for position, command in enumerate(_run_commands(instruction)):
-            parsed = _pip_invocation(list(command.argv))
+            parsed = pip_invocation(list(command.argv))
             if parsed is None or parsed[1] != "install":
                 yield command, index
                 continue
             tool, _, args = parsed
-            fields = _parse_install(tool, args, dict(command.environ))
+            opts = parse_install(tool, args, dict(command.environ))
             yield (
                 InstallCommand(
                     tool=tool,
@@ -605,7 +404,18 @@ def _walk(dockerfile: Dockerfile) -> Iterator[tuple[InstallCommand | _Command, i
                     end_line=command.end_line,
                     instruction_index=index,
                     position=position,
-                    **fields,  # type: ignore[arg-type]
+                    requirements=opts.positional + opts.editables,
+                    requirement_files=opts.requirement_files,
+                    constraints=opts.constraints,
+                    index_url=opts.index_url,
+                    extra_index_urls=opts.extra_index_urls,
+                    find_links=opts.find_links,
+                    pre=opts.pre,
+                    upgrade=opts.upgrade,
+                    upgrade_packages=opts.upgrade_packages,
+                    no_deps=opts.no_deps,
+                    require_hashes=opts.require_hashes,
+                    index_strategy=opts.index_strategy,
                 ),
                 index,
             )
@@ -627,7 +437,7 @@ def _target(text: str) -> _Target:
     try:
         req = Requirement(text)
     except InvalidRequirement:
-        base = _basename(text)
+        base = basename(text)
         try:
             if base.endswith(".whl"):
                 name, version, _, _ = parse_wheel_filename(base)
@@ -833,7 +643,7 @@ def lint(
         if not isinstance(cmd, InstallCommand)
         and (
             _is_guard(list(cmd.argv))
-            or ((p := _pip_invocation(list(cmd.argv))) is not None and p[1] == "check")
+            or ((p := pip_invocation(list(cmd.argv))) is not None and p[1] == "check")
         )
     ]
     out: list[LintFinding] = []

@@ -16,27 +16,9 @@ from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from pinguard.pipcli import ASSIGNMENT, parse_install, pip_invocation, strip_wrappers
 from pinguard.resolve.uv import IndexOptions
 
-# pip/uv install options that take a value (the value is the next word unless "--opt=value").
-_VALUED = {
-    "-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--constraint",
-    "-r", "--requirement", "--index-strategy", "--prerelease", "-t", "--target", "--prefix",
-    "--root", "--python", "-p", "--platform", "--python-version", "--implementation", "--abi",
-    "--only-binary", "--no-binary", "--progress-bar", "--cache-dir", "--src",
-    "--upgrade-strategy", "-e", "--editable", "--config-settings", "-C", "--global-option",
-    "--trusted-host", "--timeout", "--retries", "--log", "--report", "--proxy", "--cert",
-    "--client-cert", "--exists-action", "--root-user-action", "--override",
-    "--python-platform", "--extra", "--group", "--build-constraint", "-b",
-    "--resolution", "--exclude-newer", "--keyring-provider", "--link-mode", "--reinstall-package",
-    "-P", "--upgrade-package", "--no-build-isolation-package", "--torch-backend", "--index",
-    "--default-index", "--refresh-package", "--no-binary-package", "--only-binary-package",
-}  # fmt: skip
-# Options naming an index, a link location or a file: a ``$VAR`` in them cannot be replayed.
-_LOCATIONS = {
-    "-i", "--index-url", "--default-index", "--extra-index-url", "--index", "-f",
-    "--find-links", "-c", "--constraint",
-}  # fmt: skip
 _SEPARATORS = {"&&", "||", ";", "|", "&", "\n", "(", ")"}
 _PREFIX = re.compile(r"^(?:RUN\s+)?(?:\|\d+\s+(?:\S+=\S*\s+)*)?(?:/bin/(?:ba)?sh\s+-c\s+)?")
 
@@ -82,107 +64,59 @@ def _split_shell(text: str) -> list[list[str]]:
 
 def _install_args(words: Sequence[str]) -> tuple[str, list[str]] | None:
     """(tool, words after ``install``) when ``words`` is a pip or uv pip install."""
-    rest = list(words)
-    while rest and ("=" in rest[0] and not rest[0].startswith("-")):
-        rest.pop(0)  # VAR=value prefixes
-    if rest and rest[0] in {"env", "sudo", "exec", "time"}:
-        rest.pop(0)
-    for i, word in enumerate(rest):
-        base = word.rsplit("/", 1)[-1]
-        if base == "uv" and rest[i + 1 : i + 3] == ["pip", "install"]:
-            return "uv", rest[i + 3 :]
-        if re.fullmatch(r"pip(?:3(?:\.\d+)?)?", base) and rest[i + 1 : i + 2] == ["install"]:
-            return "pip", rest[i + 2 :]
-        if re.fullmatch(r"python(?:3(?:\.\d+)?)?", base) and rest[i + 1 : i + 4] == [
-            "-m",
-            "pip",
-            "install",
-        ]:
-            return "pip", rest[i + 4 :]
-        if i > 2:
-            break
-    return None
+    argv = list(words)
+    while argv and ASSIGNMENT.match(argv[0]):
+        argv.pop(0)  # VAR=value prefixes
+    hit = pip_invocation(strip_wrappers(argv, {}))
+    if hit is None or hit[1] != "install":
+        return None
+    return hit[0], hit[2]
 
 
 def parse_install_args(args: Sequence[str], tool: str = "pip") -> InstallCommand:
-    """Parse the words after ``install`` into an :class:`InstallCommand`."""
-    reqs: list[str] = []
+    """Parse the words after ``install`` into an :class:`InstallCommand`.
+
+    What cannot be replayed outside the image (``$VAR`` locations left unexpanded in the
+    history, requirement files, editables) is listed in ``skipped`` instead.
+    """
+    opts = parse_install(tool, args)
     skipped: list[str] = []
-    constraints: list[str] = []
-    index_url: str | None = None
-    extra: list[str] = []
-    links: list[str] = []
-    no_index = pre = upgrade = no_deps = force = False
-    strategy: str | None = None
-    words = list(args)
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        opt, value = word, None
-        if word.startswith("--") and "=" in word:
-            opt, value = word.split("=", 1)
-        if opt in _VALUED:
-            if value is None:
-                if i >= len(words):
-                    skipped.append(word)
-                    break
-                value = words[i]
-                i += 1
-            if "$" in value and opt in _LOCATIONS:
-                skipped.append(f"{opt} {value}")  # an unexpanded build ARG: not replayable
-            elif opt in {"-i", "--index-url", "--default-index"}:
-                index_url = value
-            elif opt in {"--extra-index-url", "--index"}:
-                extra.append(value)
-            elif opt in {"-f", "--find-links"}:
-                links.append(value)
-            elif opt in {"-c", "--constraint"}:
-                constraints.append(value)
-            elif opt == "--index-strategy":
-                strategy = value
-            elif opt == "--prerelease":
-                pre = pre or value == "allow"
-            elif opt in {"-r", "--requirement", "-e", "--editable"}:
-                skipped.append(f"{opt} {value}")
-            continue
-        if word == "--pre":
-            pre = True
-        elif word == "--no-index":
-            no_index = True
-        elif word in {"-U", "--upgrade"}:
-            upgrade = True
-        elif word == "--no-deps":
-            no_deps = True
-        elif word in {"--force-reinstall", "-I", "--ignore-installed", "--reinstall"}:
-            force = True
-        elif word.startswith("-"):
-            continue  # a flag without a value (-q, --no-cache-dir, --user, ...)
-        elif "$" in word:
+
+    def replayable(option: str, values: Sequence[str]) -> tuple[str, ...]:
+        for value in values:
+            if "$" in value:
+                skipped.append(f"{option} {value}")
+        return tuple(v for v in values if "$" not in v)
+
+    index_url = replayable("--index-url", [opts.index_url] if opts.index_url else [])
+    skipped += [f"-r {f}" for f in opts.requirement_files]
+    skipped += [f"-e {e}" for e in opts.editables]
+    reqs: list[str] = []
+    for word in opts.positional:
+        try:
+            if "$" in word:
+                raise InvalidRequirement(word)
+            Requirement(word)
+        except InvalidRequirement:
             skipped.append(word)
         else:
-            try:
-                Requirement(word)
-            except InvalidRequirement:
-                skipped.append(word)
-            else:
-                reqs.append(word)
+            reqs.append(word)
     return InstallCommand(
         tool=tool,
         requirements=tuple(reqs),
         index=IndexOptions(
-            index_url=index_url,
-            extra_index_urls=tuple(extra),
-            find_links=tuple(links),
-            no_index=no_index,
-            index_strategy=strategy,
-            prerelease=pre,
+            index_url=index_url[0] if index_url else None,
+            extra_index_urls=replayable("--extra-index-url", opts.extra_index_urls),
+            find_links=replayable("--find-links", opts.find_links),
+            no_index=opts.no_index,
+            index_strategy=opts.index_strategy,
+            prerelease=opts.pre,
         ),
         args=tuple(args),
-        upgrade=upgrade,
-        no_deps=no_deps,
-        force_reinstall=force,
-        constraint_files=tuple(constraints),
+        upgrade=opts.upgrade,
+        no_deps=opts.no_deps,
+        force_reinstall=opts.force_reinstall,
+        constraint_files=replayable("--constraint", opts.constraints),
         skipped=tuple(skipped),
     )
 
