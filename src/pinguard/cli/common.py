@@ -58,6 +58,28 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_index_options(g: argparse._ActionsContainer) -> None:
+    """Where a resolver looks for distributions (the options pip and uv spell the same)."""
+    g.add_argument("--index-url", metavar="URL")
+    g.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
+    g.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
+    g.add_argument(
+        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
+    )
+
+
+def index_options(args: argparse.Namespace) -> Any:
+    """The ``IndexOptions`` the index flags of ``add_index_options`` describe."""
+    from pinguard.resolve import IndexOptions
+
+    return IndexOptions(
+        index_url=args.index_url,
+        extra_index_urls=tuple(args.extra_index_url),
+        find_links=tuple(args.find_links),
+        index_strategy=args.index_strategy,
+    )
+
+
 def add_policy_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("policy")
     g.add_argument(

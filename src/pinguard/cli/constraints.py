@@ -4,13 +4,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any, TextIO
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
 
-from pinguard.cli.common import FAIL_ON, add_image_options, add_policy_options, judge, run_audit
+from pinguard.cli.common import (
+    FAIL_ON,
+    add_image_options,
+    add_index_options,
+    add_policy_options,
+    index_options,
+    judge,
+    run_audit,
+)
 from pinguard.errors import UsageError
 from pinguard.models import Severity
 
@@ -42,12 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--verify", action="store_true", help="prove the constraints with a real resolver"
     )
     g.add_argument("--resolver", choices=("uv", "pip-tools"), default="uv")
-    g.add_argument("--index-url", metavar="URL")
-    g.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
-    g.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
-    g.add_argument(
-        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
-    )
+    add_index_options(g)
     add_image_options(p)
     add_policy_options(p)
     p.set_defaults(func=run)
@@ -116,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
     """Resolve every install step up to the bad one under the constraints."""
     from pinguard.resolve import (
-        IndexOptions,
         TargetEnvironment,
         parse_install_commands,
         verify_constraints,
@@ -124,12 +127,7 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
 
     env = next((e for e in result.final.environments if e.path == cs.environment), None)
     target = TargetEnvironment(env.python if env else None, result.image.platform)
-    given = IndexOptions(
-        index_url=args.index_url,
-        extra_index_urls=tuple(args.extra_index_url),
-        find_links=tuple(args.find_links),
-        index_strategy=args.index_strategy,
-    )
+    given = index_options(args)
     lines = cs.lines()
     code = 0
     last = cs.bad_step.index if cs.bad_step is not None else None
@@ -141,7 +139,7 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
                 continue
             index = given.merged(command.index)
             if command.tool == "pip" and index.extra_index_urls and not index.index_strategy:
-                index = IndexOptions(**{**_fields(index), "index_strategy": "unsafe-best-match"})
+                index = dataclasses.replace(index, index_strategy="unsafe-best-match")
             v = verify_constraints(
                 list(command.requirements),
                 lines,
@@ -197,12 +195,6 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
                 for line in v.output.strip().splitlines():
                     print(f"    {line}", file=out)
     return code
-
-
-def _fields(index: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return {f.name: getattr(index, f.name) for f in dataclasses.fields(index)}
 
 
 def run_check(args: argparse.Namespace, files: list[str]) -> int:

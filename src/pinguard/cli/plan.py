@@ -10,7 +10,9 @@ import sys
 from pinguard.cli.common import (
     FAIL_ON,
     add_image_options,
+    add_index_options,
     add_policy_options,
+    index_options,
     load_policies,
     run_audit,
 )
@@ -35,12 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--environment", metavar="PATH", help="site-packages to plan against")
-    p.add_argument("--index-url", metavar="URL")
-    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
-    p.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
-    p.add_argument(
-        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
-    )
+    add_index_options(p)
     add_image_options(p)
     add_policy_options(p)
 
@@ -66,7 +63,7 @@ def _key(f: Finding) -> tuple[str, str | None, str | None, str]:
 def run(args: argparse.Namespace) -> int:
     from pinguard.plan import choose_plan_environment, plan_install
     from pinguard.policy.engine import evaluate
-    from pinguard.resolve import IndexOptions, parse_command_line
+    from pinguard.resolve import parse_command_line
 
     words = split_command(args)
     command = parse_command_line(words)
@@ -74,12 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give the step after --: pinguard plan REF -- pip install ARGS...")
     result = run_audit(args, args.reference)
     env = choose_plan_environment(result.final.environments, args.environment)
-    index = IndexOptions(
-        index_url=args.index_url,
-        extra_index_urls=tuple(args.extra_index_url),
-        find_links=tuple(args.find_links),
-        index_strategy=args.index_strategy,
-    )
+    index = index_options(args)
     plan = plan_install(env, command, index=index, platform=result.image.platform)
 
     last = result.steps[-1].index if result.steps else 0
