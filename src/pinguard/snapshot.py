@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from pinguard.catalog import Catalog
 from pinguard.layers import LayerAnalysis
 from pinguard.models import Snapshot
+
+V = TypeVar("V")
 
 
 def _ancestors(path: str) -> Iterable[str]:
@@ -24,47 +27,62 @@ def _ancestors(path: str) -> Iterable[str]:
         parent = posixpath.dirname(parent)
 
 
-class State:
-    """The merged view of the layers applied so far."""
+class _Tree(Generic[V]):
+    """Values keyed by absolute path, with a count of entries below each directory so a
+    whiteout of a directory holding nothing we keep costs one lookup, not a scan."""
 
     def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.hashes: dict[str, str] = {}
-        self._dirs: dict[str, int] = {}  # directory -> number of kept files below it
-        self.catalog = Catalog()
+        self.items: dict[str, V] = {}
+        self._dirs: dict[str, int] = {}
 
-    def _add(self, path: str, data: bytes) -> None:
-        if path not in self.files:
+    def add(self, path: str, value: V) -> None:
+        if path not in self.items:
             for d in _ancestors(path):
                 self._dirs[d] = self._dirs.get(d, 0) + 1
-        self.files[path] = data
+        self.items[path] = value
 
     def _drop(self, path: str) -> None:
-        if self.files.pop(path, None) is not None:
-            for d in _ancestors(path):
-                left = self._dirs[d] - 1
-                if left:
-                    self._dirs[d] = left
-                else:
-                    del self._dirs[d]
+        del self.items[path]
+        for d in _ancestors(path):
+            left = self._dirs[d] - 1
+            if left:
+                self._dirs[d] = left
+            else:
+                del self._dirs[d]
 
-    def _remove_tree(self, path: str, keep_root: bool) -> list[str]:
+    def remove_tree(self, path: str, keep_root: bool) -> list[str]:
+        """Remove ``path`` (unless ``keep_root``) and everything below it; return what went."""
         gone: list[str] = []
-        if not keep_root and path in self.files:
+        if not keep_root and path in self.items:
             self._drop(path)
             gone.append(path)
         if path in self._dirs or path == "/":
             prefix = "/" if path == "/" else path + "/"
-            for p in [p for p in self.files if p.startswith(prefix)]:
+            for p in [p for p in self.items if p.startswith(prefix)]:
                 self._drop(p)
                 gone.append(p)
-        if self.hashes:
-            prefix = "/" if path == "/" else path + "/"
-            for p in [
-                p for p in self.hashes if p.startswith(prefix) or (p == path and not keep_root)
-            ]:
-                del self.hashes[p]
         return gone
+
+
+class State:
+    """The merged view of the layers applied so far."""
+
+    def __init__(self) -> None:
+        self._files: _Tree[bytes] = _Tree()
+        self._hashes: _Tree[str] = _Tree()
+        self.catalog = Catalog()
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        return self._files.items
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        return self._hashes.items
+
+    def _remove_tree(self, path: str, keep_root: bool) -> list[str]:
+        self._hashes.remove_tree(path, keep_root)
+        return self._files.remove_tree(path, keep_root)
 
     def apply(self, layer: LayerAnalysis) -> Snapshot:
         """Apply one layer and return the snapshot after it."""
@@ -75,8 +93,9 @@ class State:
             touched.extend(self._remove_tree(path, keep_root=False))
             touched.append(path)
         for path, data in layer.files.items():
-            self._add(path, data)
+            self._files.add(path, data)
             touched.append(path)
-        self.hashes.update(layer.hashes)
+        for path, digest in layer.hashes.items():
+            self._hashes.add(path, digest)
         self.catalog.update(self.files, touched)
         return self.catalog.snapshot(self.files)
