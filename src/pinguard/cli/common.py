@@ -164,13 +164,14 @@ def load_policies(paths: Sequence[str]) -> Any:
     return load_policy(found) if found is not None else default_policy()
 
 
-def judge(result: AuditResult, args: argparse.Namespace) -> AuditResult:
-    """Apply the policy (files, discovered, or the built-in default) to an audit result."""
+def judge(result: AuditResult, args: argparse.Namespace, policy: Any = None) -> AuditResult:
+    """Apply the policy (given, or from files, discovered, or the built-in default)."""
     import dataclasses
 
     from pinguard.policy.engine import evaluate
 
-    policy = load_policies(args.policy)
+    if policy is None:
+        policy = load_policies(args.policy)
     findings = evaluate(
         result,
         policy,

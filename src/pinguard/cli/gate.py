@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as _dt
 import hashlib
 import json
 import sys
@@ -113,11 +112,10 @@ def _pins(policy: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.cli.common import FAIL_ON, load_policies, run_audit
+    from pinguard.cli.common import FAIL_ON, judge, load_policies, run_audit
     from pinguard.dockerfile import parse_file
     from pinguard.fileio import atomic_write
     from pinguard.lint import lint
-    from pinguard.policy.engine import evaluate
 
     fail_on = FAIL_ON[args.fail_on]
     build_args: dict[str, str] = {}
@@ -150,21 +148,14 @@ def run(args: argparse.Namespace) -> int:
             final=Snapshot(),
             incomplete=(Incomplete(what=f"image {args.image}", why=str(exc)),),
         )
-    findings: tuple[Finding, ...] = ()
-    if image_error is None:
-        findings = evaluate(
-            audited,
-            policy,
-            targets=tuple(args.target),
-            today=_dt.date.today(),
-            file_digests=dict(audited.file_digests) if args.verify_records else None,
-        )
-    audit_result = dataclasses.replace(audited, findings=findings)
+    audit_result = audited if image_error is not None else judge(audited, args, policy)
     from pinguard.policy.engine import sort_key
 
     combined = dataclasses.replace(
         audit_result,
-        findings=tuple(sorted((*findings, *map(_lint_finding, lint_items)), key=sort_key)),
+        findings=tuple(
+            sorted((*audit_result.findings, *map(_lint_finding, lint_items)), key=sort_key)
+        ),
     )
     verdict = combined.verdict(fail_on, args.allow_incomplete)
 
