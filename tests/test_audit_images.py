@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit import AuditOptions, audit_image
+from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult, ChangeKind
 from pinguard.sources.interface import SourceOptions

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from pinguard.audit import AuditOptions, audit_image
+from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult
-from pinguard.resolve import IndexOptions, TargetEnvironment, Verification, verify_constraints
+from pinguard.repair.resolve import IndexOptions, TargetEnvironment, Verification, verify_constraints
 from tests.infra.build import build_image, mounted_image, remove_image
 from tests.infra.index import IndexServer
 from tests.infra.scenario import (

@@ -1,4 +1,4 @@
-"""Tests for pinguard.dockerfile: directives, continuations, heredocs, forms, expansion, stages."""
+"""Tests for pinguard.build.dockerfile: directives, continuations, heredocs, forms, expansion, stages."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.dockerfile import (
+from pinguard.build.dockerfile import (
     Dockerfile,
     Instruction,
     InvalidDockerfile,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pinguard.cli import main
-from pinguard.guard import (
+from pinguard.build.guard import (
     DEFAULT_STATE,
     STATE_SCHEMA,
     GuardState,

@@ -1,4 +1,4 @@
-"""The hand-written tar walk in ``pinguard.layers`` against ``tarfile`` on the same inputs.
+"""The hand-written tar walk in ``pinguard.layers.walk`` against ``tarfile`` on the same inputs.
 
 Each archive is written by ``tarfile`` (ustar with prefixes, GNU long names and links, PAX long
 paths, link paths and sizes, hand-patched base-256 sizes, hard and symbolic links, directories,
@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import zstandard
 
-from pinguard import layers
+from pinguard.layers import walk as layers
 from pinguard.errors import BlobVerificationError, LayerError
-from pinguard.layers import CAPTURE, HASH, SKIP, LayerAnalysis, analyze_stream, normalize, walk_tar
+from pinguard.layers.walk import CAPTURE, HASH, SKIP, LayerAnalysis, analyze_stream, normalize, walk_tar
 
 MTIME = 1764374400
 

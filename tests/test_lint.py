@@ -1,4 +1,4 @@
-"""Tests for pinguard.lint: install commands found in RUN steps and each rule with its line."""
+"""Tests for pinguard.build.lint: install commands found in RUN steps and each rule with its line."""
 
 # ruff: noqa: E501  (table rows read better on one line each)
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pinguard.cli import main
-from pinguard.dockerfile import parse
-from pinguard.lint import find_installs, lint, render
+from pinguard.build.dockerfile import parse
+from pinguard.build.lint import find_installs, lint, render
 from pinguard.models import Severity
 
 C = "-c /c.txt"

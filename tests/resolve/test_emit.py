@@ -10,7 +10,7 @@ import tomlkit
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from pinguard import emit
+from pinguard.repair import constraints as emit
 from pinguard.errors import UsageError
 from pinguard.models import Finding, Severity
 from tests.resolve.conftest import ENV, bad_result

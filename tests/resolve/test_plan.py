@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pinguard.models import ChangeKind
-from pinguard.plan import plan_install
-from pinguard.resolve import IndexOptions, parse_command_line, parse_install_commands
+from pinguard.repair.plan import plan_install
+from pinguard.repair.resolve import IndexOptions, parse_command_line, parse_install_commands
 from tests.resolve.conftest import GOOD, PLATFORM, Indexes
 
 

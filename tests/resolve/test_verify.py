@@ -9,9 +9,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from pinguard.resolve import IndexOptions, TargetEnvironment, verify_constraints
-from pinguard.resolve.explain import explain_failure, facts_from_uv
-from pinguard.resolve.index import SimpleIndex
+from pinguard.repair.resolve import IndexOptions, TargetEnvironment, verify_constraints
+from pinguard.repair.resolve.explain import explain_failure, facts_from_uv
+from pinguard.repair.resolve.index import SimpleIndex
 from tests.resolve.conftest import PLATFORM, Indexes
 
 TARGET = TargetEnvironment("3.12", PLATFORM)

@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from pinguard.audit import AuditOptions, audit_image
-from pinguard.cache import default_cache_dir
+from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.layers.cache import default_cache_dir
 from pinguard.errors import UsageError
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
@@ -70,7 +70,7 @@ def add_index_options(g: argparse._ActionsContainer) -> None:
 
 def index_options(args: argparse.Namespace) -> Any:
     """The ``IndexOptions`` the index flags of ``add_index_options`` describe."""
-    from pinguard.resolve import IndexOptions
+    from pinguard.repair.resolve import IndexOptions
 
     return IndexOptions(
         index_url=args.index_url,

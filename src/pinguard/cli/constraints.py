@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return run_check(args, args.operands[1:])
     if len(args.operands) != 1:
         raise UsageError("give one image reference (or: pinguard constraints check FILE...)")
-    from pinguard import emit
+    from pinguard.repair import constraints as emit
     from pinguard.cli.common import load_policies
 
     result = judge(run_audit(args, args.operands[0]), args)
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
     """Resolve every install step up to the bad one under the constraints."""
-    from pinguard.resolve import (
+    from pinguard.repair.resolve import (
         TargetEnvironment,
         parse_install_commands,
         verify_constraints,
@@ -198,7 +198,7 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
 
 
 def run_check(args: argparse.Namespace, files: list[str]) -> int:
-    from pinguard import emit
+    from pinguard.repair import constraints as emit
     from pinguard.cli.common import load_policies
 
     if not files:

@@ -65,7 +65,7 @@ def _lint_finding(item: Any) -> Finding:
 
 def merged_sarif(result: AuditResult, lint_items: Sequence[Any], dockerfile: str) -> dict[str, Any]:
     """The audit's SARIF log with the lint rules and results added to its one run."""
-    from pinguard.lint import RULES as LINT_RULES
+    from pinguard.build.lint import RULES as LINT_RULES
     from pinguard.report import sarif
 
     doc = sarif.to_dict(result, dockerfile=dockerfile)
@@ -113,9 +113,9 @@ def _pins(policy: Any) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from pinguard.cli.common import FAIL_ON, judge, load_policies, run_audit
-    from pinguard.dockerfile import parse_file
+    from pinguard.build.dockerfile import parse_file
     from pinguard.fileio import atomic_write
-    from pinguard.lint import lint
+    from pinguard.build.lint import lint
 
     fail_on = FAIL_ON[args.fail_on]
     build_args: dict[str, str] = {}
@@ -199,7 +199,7 @@ def _print_table(
     from rich.console import Console
 
     from pinguard.cli.common import FAIL_ON
-    from pinguard.lint import render as render_lint
+    from pinguard.build.lint import render as render_lint
 
     out = sys.stdout
     print(f"lint {args.dockerfile}:", file=out)

@@ -1,6 +1,6 @@
 """`pinguard lint DOCKERFILE...`: report pip/uv install steps that let dependencies drift.
 
-Each Dockerfile is parsed (`pinguard.dockerfile`) and linted (`pinguard.lint`); the policy, when
+Each Dockerfile is parsed (`pinguard.build.dockerfile`) and linted (`pinguard.build.lint`); the policy, when
 one is given with ``--policy`` or found (``pinguard.toml`` / ``[tool.pinguard]``), supplies the
 pinned packages for `upgrade-pinned` and `no-deps-repin`; ``--require-guard`` turns on
 `missing-guard`. Exit codes: 0 when no finding is at or above ``--fail-on`` (default
@@ -72,9 +72,9 @@ def _policy_facts(files: list[str]) -> tuple[list[str], bool, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.dockerfile import InvalidDockerfile, parse_file
+    from pinguard.build.dockerfile import InvalidDockerfile, parse_file
     from pinguard.fileio import atomic_write
-    from pinguard.lint import RULES, LintFinding, lint, render
+    from pinguard.build.lint import RULES, LintFinding, lint, render
 
     build_args: dict[str, str] = {}
     for item in args.build_arg:

@@ -61,9 +61,9 @@ def _key(f: Finding) -> tuple[str, str | None, str | None, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.plan import choose_plan_environment, plan_install
+    from pinguard.repair.plan import choose_plan_environment, plan_install
     from pinguard.policy.engine import evaluate
-    from pinguard.resolve import parse_command_line
+    from pinguard.repair.resolve import parse_command_line
 
     words = split_command(args)
     command = parse_command_line(words)

@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
-from pinguard.diff import marker_environment
+from pinguard.audit.diff import marker_environment
 from pinguard.models import Environment, Platform, Severity
 
 

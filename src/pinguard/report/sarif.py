@@ -64,7 +64,7 @@ def dockerfile_step_lines(
     names. Steps that match nothing (base-image steps, mostly) are left out. A Dockerfile
     that cannot be parsed gives an empty mapping.
     """
-    from pinguard.dockerfile import parse
+    from pinguard.build.dockerfile import parse
 
     try:
         parsed = parse(text, path=path)

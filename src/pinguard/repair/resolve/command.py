@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from pinguard.pipcli import ASSIGNMENT, parse_install, pip_invocation, strip_wrappers
-from pinguard.resolve.uv import IndexOptions
+from pinguard.build.pipcli import ASSIGNMENT, parse_install, pip_invocation, strip_wrappers
+from pinguard.repair.resolve.uv import IndexOptions
 
 _SEPARATORS = {"&&", "||", ";", "|", "&", "\n", "(", ")"}
 _PREFIX = re.compile(r"^(?:RUN\s+)?(?:\|\d+\s+(?:\S+=\S*\s+)*)?(?:/bin/(?:ba)?sh\s+-c\s+)?")

@@ -3,8 +3,8 @@
 :func:`verify_constraints` runs a real resolver (uv by default, pip-tools on request) with a
 step's own requirements plus a constraints set, for the image's Python and platform, against
 the indexes the user names. On success it returns the resolved pins. On failure it explains
-the refusal as a chain (:mod:`pinguard.resolve.explain`), looks up on the index (PEP 691/503
-pages and PEP 658 metadata, :mod:`pinguard.resolve.index`) the newest versions of the
+the refusal as a chain (:mod:`pinguard.repair.resolve.explain`), looks up on the index (PEP 691/503
+pages and PEP 658 metadata, :mod:`pinguard.repair.resolve.index`) the newest versions of the
 culprit whose metadata agrees with the pins and proves each with the resolver, and works out
 the override that would force the pins through, naming the requirements left unmet. Nothing
 here prints; the CLI renders the :class:`Verification`.
@@ -20,16 +20,16 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 
 from pinguard.errors import ResolveError
-from pinguard.resolve import pip_tools
-from pinguard.resolve import uv as uv_adapter
-from pinguard.resolve.command import InstallCommand, parse_command_line, parse_install_commands
-from pinguard.resolve.explain import Explanation, Link, blocks, explain_failure
-from pinguard.resolve.index import (
+from pinguard.repair.resolve import pip_tools
+from pinguard.repair.resolve import uv as uv_adapter
+from pinguard.repair.resolve.command import InstallCommand, parse_command_line, parse_install_commands
+from pinguard.repair.resolve.explain import Explanation, Link, blocks, explain_failure
+from pinguard.repair.resolve.index import (
     IndexFetchError,
     SimpleIndex,
     TargetEnvironment,
 )
-from pinguard.resolve.uv import CompileResult, IndexOptions
+from pinguard.repair.resolve.uv import CompileResult, IndexOptions
 
 RESOLVERS = ("uv", "pip-tools")
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pinguard.cache import LayerCache
+from pinguard.layers.cache import LayerCache
 from pinguard.catalog import analyzer_key, selector
-from pinguard.diff import diff_environments
+from pinguard.audit.diff import diff_environments
 from pinguard.errors import SourceError
-from pinguard.layers import LayerAnalysis, analyze_directory, analyze_stream
+from pinguard.layers.walk import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.models import (
     AuditResult,
     Change,
@@ -34,7 +34,7 @@ from pinguard.models import (
     Step,
     Unmet,
 )
-from pinguard.snapshot import State
+from pinguard.audit.state import State
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 
 

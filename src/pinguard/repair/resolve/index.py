@@ -35,7 +35,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from pinguard.diff import marker_environment
+from pinguard.audit.diff import marker_environment
 from pinguard.errors import ResolveError
 from pinguard.models import Platform
 

@@ -6,7 +6,7 @@ distributions (METADATA with Requires-Dist, INSTALLER, REQUESTED, a RECORD listi
 files), then asks ``uv pip install --dry-run`` what the step's arguments would install and
 uninstall there, for the image's Python version and platform (``--python-version``,
 ``--python-platform``). The new distributions' Requires-Dist come from the index's PEP 658
-metadata (no wheel downloads), so :func:`pinguard.diff.diff_environments` can name the change
+metadata (no wheel downloads), so :func:`pinguard.audit.diff.diff_environments` can name the change
 kinds and causes exactly as the audit does. A pip command line is replayed with pip's index
 semantics (``--index-strategy unsafe-best-match``) unless it says otherwise.
 """
@@ -25,9 +25,9 @@ from packaging.version import InvalidVersion, Version
 
 from pinguard.errors import ResolveError, UsageError
 from pinguard.models import Change, Distribution, Environment, Platform, Unmet
-from pinguard.resolve.command import InstallCommand
-from pinguard.resolve.index import IndexFetchError, SimpleIndex, TargetEnvironment
-from pinguard.resolve.uv import IndexOptions, run, uv_bin
+from pinguard.repair.resolve.command import InstallCommand
+from pinguard.repair.resolve.index import IndexFetchError, SimpleIndex, TargetEnvironment
+from pinguard.repair.resolve.uv import IndexOptions, run, uv_bin
 
 _LINE = re.compile(r"^\s*([+\-~])\s+([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
 
@@ -184,7 +184,7 @@ def plan_install(
         python=env.python,
         distributions=tuple(sorted([*kept, *added], key=lambda d: d.name)),
     )
-    from pinguard.diff import diff_environments
+    from pinguard.audit.diff import diff_environments
 
     changes, unmet = diff_environments(env, after, platform=platform)
     return Plan(

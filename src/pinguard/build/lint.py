@@ -33,9 +33,9 @@ from packaging.utils import (
 )
 
 from pinguard import __version__
-from pinguard.dockerfile import Dockerfile, Instruction, expand_word
+from pinguard.build.dockerfile import Dockerfile, Instruction, expand_word
 from pinguard.models import Finding, Severity
-from pinguard.pipcli import (
+from pinguard.build.pipcli import (
     ASSIGNMENT,
     basename,
     parse_install,

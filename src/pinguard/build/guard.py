@@ -3,7 +3,7 @@
 `run_guard` audits a live filesystem (``/`` inside a ``RUN`` step) as one state, compares it
 with the state the previous guard call recorded in a small JSON file inside the image
 (`DEFAULT_STATE`), and builds an `AuditResult` whose single step is "this install step": its
-changes with their causes (`pinguard.diff.diff_environments`) and the requirements it newly
+changes with their causes (`pinguard.audit.diff.diff_environments`) and the requirements it newly
 left unmet. The policy judges that result as it judges an image audit, so a downgrade, a
 forbidden version or a broken pin fails the ``RUN`` step that caused it. The first call has
 nothing to compare with: it records the baseline and judges only the state itself (pins,
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinguard.audit import audit_directory
-from pinguard.diff import diff_environments
+from pinguard.audit.pipeline import audit_directory
+from pinguard.audit.diff import diff_environments
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (
@@ -353,7 +353,7 @@ def guard_result(
     platform: Platform | None,
 ) -> AuditResult:
     """The unjudged result of one guard call: one step, diffed against ``previous``."""
-    from pinguard.diff import unmet_requirements
+    from pinguard.audit.diff import unmet_requirements
 
     now = current.final
     changes: list[Change] = []
@@ -447,7 +447,7 @@ def run_guard(
     this = GuardStep(index, step_name, verdict)
     record = update == "always" or (update == "pass" and verdict == "pass")
     if record:
-        from pinguard.diff import unmet_requirements
+        from pinguard.audit.diff import unmet_requirements
 
         unmet_now = {
             (u.environment, str(u.package), u.requirement)

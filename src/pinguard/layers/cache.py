@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from pinguard.layers import LayerAnalysis
+from pinguard.layers.walk import LayerAnalysis
 
 
 def default_cache_dir() -> Path:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pinguard.errors import ResolveError
-from pinguard.resolve.index import TargetEnvironment
-from pinguard.resolve.uv import CompileResult, IndexOptions, parse_pins, run
+from pinguard.repair.resolve.index import TargetEnvironment
+from pinguard.repair.resolve.uv import CompileResult, IndexOptions, parse_pins, run
 
 
 def pip_compile_bin() -> str:

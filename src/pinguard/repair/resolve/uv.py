@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.utils import NormalizedName, canonicalize_name
 
 from pinguard.errors import ResolveError
-from pinguard.resolve.index import TargetEnvironment
+from pinguard.repair.resolve.index import TargetEnvironment
 
 INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 

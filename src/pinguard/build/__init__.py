@@ -1,0 +1,1 @@
+"""Builds: Dockerfile parsing, pip/uv command lines, lint rules and the in-build guard."""

@@ -1,0 +1,1 @@
+"""Repair: the known-good state, constraints files, install plans, and the resolver (uv)."""
