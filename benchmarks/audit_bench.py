@@ -703,7 +703,7 @@ def run_audit(ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = ()
 _LAYERS_ONLY = """
 import sys, time
 from pathlib import Path
-from pinguard.audit import AuditOptions, load_layers
+from pinguard.audit.pipeline import AuditOptions, load_layers
 from pinguard.sources import open_source
 source = open_source(sys.argv[1], AuditOptions().source)
 with source:
