@@ -10,7 +10,8 @@ bash scripts/test-setup.sh
 
 failed=()
 if ! .venv/bin/python -m pytest "$@"; then failed+=(pytest); fi
-if ! .venv/bin/ruff check src tests scripts; then failed+=(ruff); fi
+if ! .venv/bin/ruff check src tests scripts benchmarks examples; then failed+=(ruff); fi
+if ! .venv/bin/ruff format --check src tests scripts benchmarks examples; then failed+=(ruff-format); fi
 if ! .venv/bin/mypy; then failed+=(mypy); fi
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -22,7 +22,12 @@ import tomlkit
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult
-from pinguard.repair.resolve import IndexOptions, TargetEnvironment, Verification, verify_constraints
+from pinguard.repair.resolve import (
+    IndexOptions,
+    TargetEnvironment,
+    Verification,
+    verify_constraints,
+)
 from tests.infra.build import build_image, mounted_image, remove_image
 from tests.infra.index import IndexServer
 from tests.infra.scenario import (
@@ -217,15 +222,26 @@ def test_verify_explains_the_bad_step_and_finds_the_nightly_that_fits(
     torch pin, a nightly on the nightly index that agrees is offered, and so is the override."""
     out = tmp_path / "c.txt"
     code, text = cli(
-        "constraints", bad_image_oci, "--policy", str(GB10), "--cache-dir", cache,
-        "-o", str(out), "--verify",
-        "--index-url", scenario_index.url, "--extra-index-url", nightly_index.url,
-    )  # fmt: skip
+        "constraints",
+        bad_image_oci,
+        "--policy",
+        str(GB10),
+        "--cache-dir",
+        cache,
+        "-o",
+        str(out),
+        "--verify",
+        "--index-url",
+        scenario_index.url,
+        "--extra-index-url",
+        nightly_index.url,
+    )
     assert code == 0, text
     assert out.read_text() == emitted.text  # same bytes as without --verify
     for key in ("A", "B"):
-        assert re.search(rf"^step {scenario.bad.history_index(key)}: .*: satisfiable \(uv\)$",
-                         text, re.MULTILINE), text  # fmt: skip
+        assert re.search(
+            rf"^step {scenario.bad.history_index(key)}: .*: satisfiable \(uv\)$", text, re.MULTILINE
+        ), text
     c = scenario.bad.history_index("C")
     assert f"step {c}: {NIGHTLY}: UNSATISFIABLE (uv)" in text
     assert "note: the constraints pin flashinfer-python==0.6.16 which the step itself" in text
@@ -339,8 +355,18 @@ def test_uv_pyproject_keeps_comments_and_round_trips(
     --override) keeping every original line and comment; a second run changes nothing."""
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(PYPROJECT)
-    argv = ("constraints", bad_image_oci, "--policy", str(GB10), "--cache-dir", cache,
-            "--format", "uv", "--pyproject", str(pyproject))  # fmt: skip
+    argv = (
+        "constraints",
+        bad_image_oci,
+        "--policy",
+        str(GB10),
+        "--cache-dir",
+        cache,
+        "--format",
+        "uv",
+        "--pyproject",
+        str(pyproject),
+    )
     code, report = cli(*argv)
     assert code == 0, report
     new = pyproject.read_text()
@@ -389,10 +415,22 @@ def test_plan_predicts_what_the_real_build_did(
     """plan of the nightly step on the good image predicts NCCL and cutlass-dsl downgrades
     caused by torch 2.12.1, fails the policy (exit 1), and equals step C of the real build."""
     code, text = cli(
-        "plan", good_image_registry, "--index-url", scenario_index.url, "--cache-dir", cache,
-        "--", "pip", "install", "--pre", "--index-url", nightly_index.url,
-        "--extra-index-url", scenario_index.url, NIGHTLY,
-    )  # fmt: skip
+        "plan",
+        good_image_registry,
+        "--index-url",
+        scenario_index.url,
+        "--cache-dir",
+        cache,
+        "--",
+        "pip",
+        "install",
+        "--pre",
+        "--index-url",
+        nightly_index.url,
+        "--extra-index-url",
+        scenario_index.url,
+        NIGHTLY,
+    )
     assert code == 1, text
     assert f"environment: {SITE}" in text
     assert "verdict: fail" in text

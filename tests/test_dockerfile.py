@@ -1,4 +1,4 @@
-"""Tests for pinguard.build.dockerfile: directives, continuations, heredocs, forms, expansion, stages."""
+"""Tests for pinguard.build.dockerfile: directives, continuations, heredocs, forms, stages."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_heredoc_lines() -> None:
     [
         ('FROM a\nRUN ["pip", "x"]\n', ("pip", "x"), '["pip", "x"]'),
         ("FROM a\nRUN [not json\n", None, "[not json"),
-        ('FROM a\nRUN [1, 2]\n', None, "[1, 2]"),
+        ("FROM a\nRUN [1, 2]\n", None, "[1, 2]"),
         ("FROM a\nRUN pip install x\n", None, "pip install x"),
     ],
 )
@@ -146,7 +146,7 @@ def test_expand_word_invalid(word: str) -> None:
 
 def test_split_words_keeps_quotes() -> None:
     """Words split on unquoted whitespace and keep their quotes."""
-    assert split_words('A="x y" B=\'z w\' C') == [('A="x y"', 0), ("B='z w'", 8), ("C", 16)]
+    assert split_words("A=\"x y\" B='z w' C") == [('A="x y"', 0), ("B='z w'", 8), ("C", 16)]
 
 
 def test_arg_scoping_across_stages() -> None:
@@ -187,7 +187,7 @@ def test_env_expansion_order_and_inheritance() -> None:
 
 def test_env_legacy_form_and_quotes() -> None:
     """`ENV NAME value with spaces` and quoted NAME="v w" pairs both work."""
-    d = parse('FROM a\nENV PIP_CONSTRAINT /c/constraints.txt\nENV Q="a b" R=\'$Q\'\nRUN x\n')
+    d = parse("FROM a\nENV PIP_CONSTRAINT /c/constraints.txt\nENV Q=\"a b\" R='$Q'\nRUN x\n")
     assert runs(d)[0].environ == {"PIP_CONSTRAINT": "/c/constraints.txt", "Q": "a b", "R": "$Q"}
 
 

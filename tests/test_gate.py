@@ -15,9 +15,7 @@ from tests.infra.scenario import STEPS, Scenario, dockerfile
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = json.loads(
-    (Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text()
-)
+SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
 POLICY = """\
 [[pin]]
 package = "nvidia-nccl-cu13"
@@ -44,14 +42,19 @@ def gate(
     sarif, junit = out / "gate.sarif", out / "gate.junit.xml"
     argv = [
         "gate",
-        "--dockerfile", str(dockerfile_path),
-        "--image", image,
-        "--policy", str(policy),
-        "--sarif", str(sarif),
-        "--junit", str(junit),
+        "--dockerfile",
+        str(dockerfile_path),
+        "--image",
+        image,
+        "--policy",
+        str(policy),
+        "--sarif",
+        str(sarif),
+        "--junit",
+        str(junit),
         "--no-cache",
         *extra,
-    ]  # fmt: skip
+    ]
     return main(argv), sarif, junit
 
 

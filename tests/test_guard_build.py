@@ -65,9 +65,13 @@ def guarded_dockerfile(base: str, steps: tuple[ScenarioStep, ...]) -> tuple[str,
 
 
 def build(
-    context: Path, base: str, steps: tuple[ScenarioStep, ...], tag: str, index: IndexServer,
+    context: Path,
+    base: str,
+    steps: tuple[ScenarioStep, ...],
+    tag: str,
+    index: IndexServer,
     nightly: IndexServer,
-) -> tuple[BuildResult, dict[str, int]]:  # fmt: skip
+) -> tuple[BuildResult, dict[str, int]]:
     text, numbers = guarded_dockerfile(base, steps)
     result = build_image(
         context, text, tag, {"INDEX_URL": index.url, "NIGHTLY_URL": nightly.url}, timeout=1200

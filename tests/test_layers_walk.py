@@ -22,9 +22,17 @@ from collections.abc import Callable, Iterator
 import pytest
 import zstandard
 
-from pinguard.layers import walk as layers
 from pinguard.errors import BlobVerificationError, LayerError
-from pinguard.layers.walk import CAPTURE, HASH, SKIP, LayerAnalysis, analyze_stream, normalize, walk_tar
+from pinguard.layers import walk as layers
+from pinguard.layers.walk import (
+    CAPTURE,
+    HASH,
+    SKIP,
+    LayerAnalysis,
+    analyze_stream,
+    normalize,
+    walk_tar,
+)
 
 MTIME = 1764374400
 

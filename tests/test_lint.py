@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.cli import main
 from pinguard.build.dockerfile import parse
 from pinguard.build.lint import find_installs, lint, render
+from pinguard.cli import main
 from pinguard.models import Severity
 
 C = "-c /c.txt"
@@ -38,7 +38,9 @@ def hits(text: str, **kw: object) -> list[tuple[str, int]]:
         ("(cd /a && pip install x)", "pip", ("x",)),
     ],
 )
-def test_install_commands_are_recognised(run: str, tool: str, requirements: tuple[str, ...]) -> None:
+def test_install_commands_are_recognised(
+    run: str, tool: str, requirements: tuple[str, ...]
+) -> None:
     """pip, pip3, python -m pip and uv pip installs are found after splitting the shell text."""
     (cmd,) = find_installs(parse(f"FROM a\nRUN {run}\n"))
     assert (cmd.tool, cmd.requirements) == (tool, requirements)
@@ -83,17 +85,42 @@ RULE_CASES = [
     ("--constraint=", "RUN pip install --constraint=/c.txt x\n", {}, []),
     ("ENV PIP_CONSTRAINT", "ENV PIP_CONSTRAINT=/c.txt\nRUN pip install x\n", {}, []),
     ("ARG PIP_CONSTRAINT", "ARG PIP_CONSTRAINT=/c.txt\nRUN pip install x\n", {}, []),
-    ("empty PIP_CONSTRAINT", "ENV PIP_CONSTRAINT=\nRUN pip install x\n", {}, [("unconstrained-install", 3)]),
-    ("ARG without value", "ARG PIP_CONSTRAINT\nRUN pip install x\n", {}, [("unconstrained-install", 3)]),
+    (
+        "empty PIP_CONSTRAINT",
+        "ENV PIP_CONSTRAINT=\nRUN pip install x\n",
+        {},
+        [("unconstrained-install", 3)],
+    ),
+    (
+        "ARG without value",
+        "ARG PIP_CONSTRAINT\nRUN pip install x\n",
+        {},
+        [("unconstrained-install", 3)],
+    ),
     ("inline env", "RUN PIP_CONSTRAINT=/c.txt pip install x\n", {}, []),
     ("export", "RUN export PIP_CONSTRAINT=/c.txt && pip install x\n", {}, []),
     ("env wrapper", "RUN env PIP_CONSTRAINT=/c.txt pip install x\n", {}, []),
     ("UV_CONSTRAINT for uv", "ENV UV_CONSTRAINT=/c.txt\nRUN uv pip install x\n", {}, []),
-    ("PIP_CONSTRAINT is not uv's", "ENV PIP_CONSTRAINT=/c.txt\nRUN uv pip install x\n", {}, [("unconstrained-install", 3)]),
+    (
+        "PIP_CONSTRAINT is not uv's",
+        "ENV PIP_CONSTRAINT=/c.txt\nRUN uv pip install x\n",
+        {},
+        [("unconstrained-install", 3)],
+    ),
     ("require-hashes", "RUN pip install --require-hashes -r r.txt\n", {}, []),
     ("bootstrap", "RUN pip install -U pip setuptools wheel\n", {}, []),
-    ("no-deps exact only", "RUN pip install --no-deps x==1 y==2\n", {"ignore": ["no-deps-repin"]}, []),
-    ("build-constraint alone", "RUN pip install --build-constraint /b.txt x\n", {}, [("unconstrained-install", 2)]),
+    (
+        "no-deps exact only",
+        "RUN pip install --no-deps x==1 y==2\n",
+        {"ignore": ["no-deps-repin"]},
+        [],
+    ),
+    (
+        "build-constraint alone",
+        "RUN pip install --build-constraint /b.txt x\n",
+        {},
+        [("unconstrained-install", 2)],
+    ),
     ("nothing installed", "RUN pip install --help\n", {}, []),
     ("exec form", 'RUN ["pip", "install", "x"]\n', {}, [("unconstrained-install", 2)]),
     ("exec sh -c", 'RUN ["/bin/sh", "-c", "pip install x"]\n', {}, [("unconstrained-install", 2)]),
@@ -103,8 +130,18 @@ RULE_CASES = [
         {},
         [("unconstrained-install", 4)],
     ),
-    ("heredoc script", "RUN <<EOF\nset -e\npip install x\nEOF\n", {}, [("unconstrained-install", 4)]),
-    ("heredoc to bash", "RUN bash -e <<EOF\n\npip install x\nEOF\n", {}, [("unconstrained-install", 4)]),
+    (
+        "heredoc script",
+        "RUN <<EOF\nset -e\npip install x\nEOF\n",
+        {},
+        [("unconstrained-install", 4)],
+    ),
+    (
+        "heredoc to bash",
+        "RUN bash -e <<EOF\n\npip install x\nEOF\n",
+        {},
+        [("unconstrained-install", 4)],
+    ),
     ("heredoc as data", "RUN cat <<EOF > /r.txt\npip install x\nEOF\n", {}, []),
     ("python heredoc", "RUN <<EOF\n#!/usr/bin/env python3\nprint('pip install x')\nEOF\n", {}, []),
     (
@@ -119,41 +156,156 @@ RULE_CASES = [
     ("--pre wheel file", f"RUN pip install --pre {C} /w/x-1.0rc1-py3-none-any.whl\n", {}, []),
     ("--pre range", f"RUN pip install --pre {C} 'x>=1'\n", {}, [("prerelease-unpinned", 2)]),
     ("--pre -r", f"RUN pip install --pre {C} -r r.txt\n", {}, [("prerelease-unpinned", 2)]),
-    ("nightly index", f"RUN pip install -i https://download.pytorch.org/whl/nightly/cu128 {C} torch\n", {}, [("prerelease-unpinned", 2)]),
-    ("nightly pinned", f"RUN pip install -i https://x/whl/nightly {C} torch==2.10.0.dev20250101\n", {}, []),
-    ("stable index", f"RUN pip install -i https://download.pytorch.org/whl/cu128 {C} torch\n", {}, []),
-    ("uv prerelease=allow", f"RUN uv pip install --prerelease=allow {C} x\n", {}, [("prerelease-unpinned", 2)]),
+    (
+        "nightly index",
+        f"RUN pip install -i https://download.pytorch.org/whl/nightly/cu128 {C} torch\n",
+        {},
+        [("prerelease-unpinned", 2)],
+    ),
+    (
+        "nightly pinned",
+        f"RUN pip install -i https://x/whl/nightly {C} torch==2.10.0.dev20250101\n",
+        {},
+        [],
+    ),
+    (
+        "stable index",
+        f"RUN pip install -i https://download.pytorch.org/whl/cu128 {C} torch\n",
+        {},
+        [],
+    ),
+    (
+        "uv prerelease=allow",
+        f"RUN uv pip install --prerelease=allow {C} x\n",
+        {},
+        [("prerelease-unpinned", 2)],
+    ),
     ("PIP_PRE env", f"ENV PIP_PRE=1\nRUN pip install {C} x\n", {}, [("prerelease-unpinned", 3)]),
-    ("custom pattern", f"RUN pip install -i https://edge.example/simple {C} x\n", {"nightly_patterns": ["edge"]}, [("prerelease-unpinned", 2)]),
+    (
+        "custom pattern",
+        f"RUN pip install -i https://edge.example/simple {C} x\n",
+        {"nightly_patterns": ["edge"]},
+        [("prerelease-unpinned", 2)],
+    ),
     # index-shadowing
-    ("pip extra index", f"RUN pip install --extra-index-url https://e/simple {C} x\n", {}, [("index-shadowing", 2)]),
-    ("pip extra via env", f"ENV PIP_EXTRA_INDEX_URL=https://e/simple\nRUN pip install {C} x\n", {}, [("index-shadowing", 3)]),
-    ("uv extra first-index", f"RUN uv pip install --extra-index-url https://e/simple {C} x\n", {}, []),
-    ("uv unsafe strategy", f"RUN uv pip install --index-strategy unsafe-best-match --extra-index-url https://e/simple {C} x\n", {}, [("index-shadowing", 2)]),
-    ("uv nightly extra", f"RUN uv pip install --extra-index-url https://n/nightly/simple {C} x==1\n", {}, [("index-shadowing", 2)]),
+    (
+        "pip extra index",
+        f"RUN pip install --extra-index-url https://e/simple {C} x\n",
+        {},
+        [("index-shadowing", 2)],
+    ),
+    (
+        "pip extra via env",
+        f"ENV PIP_EXTRA_INDEX_URL=https://e/simple\nRUN pip install {C} x\n",
+        {},
+        [("index-shadowing", 3)],
+    ),
+    (
+        "uv extra first-index",
+        f"RUN uv pip install --extra-index-url https://e/simple {C} x\n",
+        {},
+        [],
+    ),
+    (
+        "uv unsafe strategy",
+        f"RUN uv pip install --index-strategy unsafe-best-match --extra-index-url https://e/simple {C} x\n",
+        {},
+        [("index-shadowing", 2)],
+    ),
+    (
+        "uv nightly extra",
+        f"RUN uv pip install --extra-index-url https://n/nightly/simple {C} x==1\n",
+        {},
+        [("index-shadowing", 2)],
+    ),
     ("pip single index", f"RUN pip install --index-url https://e/simple {C} x\n", {}, []),
     # no-deps-repin
     ("no-deps", f"RUN pip install --no-deps {C} nccl==2.30.1\n", {}, [("no-deps-repin", 2)]),
     ("no-deps then check", f"RUN pip install --no-deps {C} nccl==2.30.1 && pip check\n", {}, []),
-    ("no-deps then guard", f"RUN pip install --no-deps {C} nccl==2.30.1 && pinguard guard\n", {}, []),
-    ("check before", f"RUN pip check && pip install --no-deps {C} nccl==2.30.1\n", {}, [("no-deps-repin", 2)]),
+    (
+        "no-deps then guard",
+        f"RUN pip install --no-deps {C} nccl==2.30.1 && pinguard guard\n",
+        {},
+        [],
+    ),
+    (
+        "check before",
+        f"RUN pip check && pip install --no-deps {C} nccl==2.30.1\n",
+        {},
+        [("no-deps-repin", 2)],
+    ),
     ("no-deps local path", f"RUN pip install --no-deps {C} /src\n", {}, []),
     # upgrade-pinned
-    ("upgrade pinned", f"RUN pip install -U {C} torch\n", {"pinned": ["torch==2.9.1"]}, [("upgrade-pinned", 2)]),
-    ("upgrade exact ok", f"RUN pip install -U {C} torch==2.9.1\n", {"pinned": ["torch==2.9.1"]}, []),
-    ("upgrade exact outside", f"RUN pip install -U {C} torch==2.10\n", {"pinned": ["torch==2.9.1"]}, [("upgrade-pinned", 2)]),
-    ("upgrade unpinned pkg", f"RUN pip install --upgrade {C} numpy\n", {"pinned": ["torch==2.9.1"]}, []),
+    (
+        "upgrade pinned",
+        f"RUN pip install -U {C} torch\n",
+        {"pinned": ["torch==2.9.1"]},
+        [("upgrade-pinned", 2)],
+    ),
+    (
+        "upgrade exact ok",
+        f"RUN pip install -U {C} torch==2.9.1\n",
+        {"pinned": ["torch==2.9.1"]},
+        [],
+    ),
+    (
+        "upgrade exact outside",
+        f"RUN pip install -U {C} torch==2.10\n",
+        {"pinned": ["torch==2.9.1"]},
+        [("upgrade-pinned", 2)],
+    ),
+    (
+        "upgrade unpinned pkg",
+        f"RUN pip install --upgrade {C} numpy\n",
+        {"pinned": ["torch==2.9.1"]},
+        [],
+    ),
     ("no policy", f"RUN pip install -U {C} torch\n", {}, []),
-    ("uv -P", f"RUN uv pip install -P Torch {C} vllm\n", {"pinned": ["torch==2.9.1"]}, [("upgrade-pinned", 2)]),
+    (
+        "uv -P",
+        f"RUN uv pip install -P Torch {C} vllm\n",
+        {"pinned": ["torch==2.9.1"]},
+        [("upgrade-pinned", 2)],
+    ),
     ("install without -U", f"RUN pip install {C} torch\n", {"pinned": ["torch==2.9.1"]}, []),
     # missing-guard
-    ("guard same RUN", f"RUN pip install {C} x && pinguard guard --policy /p.toml\n", {"require_guard": True}, []),
+    (
+        "guard same RUN",
+        f"RUN pip install {C} x && pinguard guard --policy /p.toml\n",
+        {"require_guard": True},
+        [],
+    ),
     ("guard next RUN", f"RUN pip install {C} x\nRUN pinguard guard\n", {"require_guard": True}, []),
-    ("guard as module", f"RUN pip install {C} x; python3 -m pinguard guard\n", {"require_guard": True}, []),
-    ("guard zipapp", f"RUN pip install {C} x && python3 /t/pinguard.pyz guard\n", {"require_guard": True}, []),
-    ("guard before", f"RUN pinguard guard && pip install {C} x\n", {"require_guard": True}, [("missing-guard", 2)]),
-    ("guard two RUNs later", f"RUN pip install {C} x\nRUN true\nRUN pinguard guard\n", {"require_guard": True}, [("missing-guard", 2)]),
-    ("guard in next stage", f"RUN pip install {C} x\nFROM b\nRUN pinguard guard\n", {"require_guard": True}, [("missing-guard", 2)]),
+    (
+        "guard as module",
+        f"RUN pip install {C} x; python3 -m pinguard guard\n",
+        {"require_guard": True},
+        [],
+    ),
+    (
+        "guard zipapp",
+        f"RUN pip install {C} x && python3 /t/pinguard.pyz guard\n",
+        {"require_guard": True},
+        [],
+    ),
+    (
+        "guard before",
+        f"RUN pinguard guard && pip install {C} x\n",
+        {"require_guard": True},
+        [("missing-guard", 2)],
+    ),
+    (
+        "guard two RUNs later",
+        f"RUN pip install {C} x\nRUN true\nRUN pinguard guard\n",
+        {"require_guard": True},
+        [("missing-guard", 2)],
+    ),
+    (
+        "guard in next stage",
+        f"RUN pip install {C} x\nFROM b\nRUN pinguard guard\n",
+        {"require_guard": True},
+        [("missing-guard", 2)],
+    ),
     ("guard not required", f"RUN pip install {C} x\n", {}, []),
 ]
 
@@ -183,9 +335,7 @@ def test_multi_stage_and_arg_expansion() -> None:
         ("unconstrained-install", 4, "build"),
         ("unconstrained-install", 6, "final"),
     ]
-    assert lint(parse(text, build_args={"CONSTRAINTS": "/c.txt"})) == (
-        found[1],
-    )
+    assert lint(parse(text, build_args={"CONSTRAINTS": "/c.txt"})) == (found[1],)
 
 
 def test_env_inherited_from_parent_stage() -> None:
@@ -262,9 +412,7 @@ def test_cli_exit_codes(
     assert main(["lint", str(path), *extra]) == code
 
 
-def test_cli_missing_file_and_output(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cli_missing_file_and_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A missing file exits 2 while the others are still reported; -o writes the report."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "Dockerfile").write_text(BAD)
@@ -282,7 +430,9 @@ def test_cli_policy_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM a\nRUN pip install -U -c /c.txt torch\n")
     out = tmp_path / "out.json"
-    code = main(["lint", str(dockerfile), "--policy", str(policy), "--format", "json", "-o", str(out)])
+    code = main(
+        ["lint", str(dockerfile), "--policy", str(policy), "--format", "json", "-o", str(out)]
+    )
     assert code == 1
     rules = [f["rule"] for f in json.loads(out.read_text())["findings"]]
     assert rules == ["upgrade-pinned"]

@@ -150,7 +150,10 @@ class PolicyImage:
 def _image_id(ref: str) -> str:
     return subprocess.run(
         ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout.strip()
 
 
@@ -178,9 +181,7 @@ def policy_image(
     text = dockerfile_text(base_image, fp)
     with file_lock(cache_dir() / "policy-rules.lock"):
         force = os.environ.get("PINGUARD_TEST_REBUILD", "") not in {"", "0"}
-        reused = (
-            not force and image_exists(TAG) and image_labels(TAG).get(FINGERPRINT_LABEL) == fp
-        )
+        reused = not force and image_exists(TAG) and image_labels(TAG).get(FINGERPRINT_LABEL) == fp
         if not reused:
             build_image(work / "context", text, TAG, {"INDEX_URL": policy_index.url}).check()
     dockerfile = work / "Dockerfile"
@@ -190,9 +191,19 @@ def policy_image(
     assert len(history) == base_history + len(STEPS) + 1, "unexpected history length"
     layout = work / "oci"
     proc = subprocess.run(
-        [skopeo, "--insecure-policy", "copy", "--quiet", "--dest-oci-accept-uncompressed-layers",
-         f"containers-storage:{TAG}", f"oci:{layout}:latest"],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            skopeo,
+            "--insecure-policy",
+            "copy",
+            "--quiet",
+            "--dest-oci-accept-uncompressed-layers",
+            f"containers-storage:{TAG}",
+            f"oci:{layout}:latest",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return PolicyImage(TAG, f"oci:{layout}:latest", dockerfile, base_history, reused)
@@ -220,21 +231,33 @@ class Audit:
         return list(self.doc["findings"])
 
     def rule(self, rule: str, package: str | None = None) -> list[dict[str, Any]]:
-        return [f for f in self.findings
-                if f["rule"] == rule and (package is None or f["package"] == package)]
+        return [
+            f
+            for f in self.findings
+            if f["rule"] == rule and (package is None or f["package"] == package)
+        ]
 
 
 @pytest.fixture
-def audit(
-    policy_image: PolicyImage, layer_cache: Path, tmp_path: Path
-) -> Any:
+def audit(policy_image: PolicyImage, layer_cache: Path, tmp_path: Path) -> Any:
     """``audit(*args, fmt="json") -> Audit``: `pinguard audit` of the rules image."""
     counter = iter(range(1000))
 
     def run(*args: str, fmt: str = "json") -> Audit:
         out = tmp_path / f"report-{next(counter)}.{fmt}"
-        code = main(["audit", policy_image.reference, "--cache-dir", str(layer_cache),
-                     "--format", fmt, "-o", str(out), *args])
+        code = main(
+            [
+                "audit",
+                policy_image.reference,
+                "--cache-dir",
+                str(layer_cache),
+                "--format",
+                fmt,
+                "-o",
+                str(out),
+                *args,
+            ]
+        )
         return Audit(code, out.read_text())
 
     return run
@@ -258,11 +281,13 @@ SHIPPED_DEFAULT = str(REPO / "policies" / "default.toml")
 SHIPPED_GLM = str(REPO / "policies" / "glm-serving-gb10.toml")
 
 
-
 def keys(run: Audit, *rules: str) -> set[tuple[str, str, str]]:
     """``(rule, package, environment)`` of the findings of ``rules`` (all rules if none)."""
-    return {(f["rule"], f["package"], f["environment"]) for f in run.findings
-            if not rules or f["rule"] in rules}
+    return {
+        (f["rule"], f["package"], f["environment"])
+        for f in run.findings
+        if not rules or f["rule"] in rules
+    }
 
 
 def only(found: list[dict[str, Any]]) -> dict[str, Any]:
@@ -362,7 +387,10 @@ def test_glm_policy_forbidden_pin_coupling_and_nightlies(audit: Any) -> None:
 
     pin = only(run.rule("pin-violation"))
     assert (pin["package"], pin["environment"], pin["versions"]) == (
-        "nvidia-nccl-cu13", SITE, ["2.29.7"])
+        "nvidia-nccl-cu13",
+        SITE,
+        ["2.29.7"],
+    )
     assert "nvidia-nccl-cu13>=2.30" in pin["message"]
 
     coupling = only(run.rule("coupling"))
@@ -414,7 +442,10 @@ def test_glm_forbidden_flashinfer_only_for_sm_121(
 
 def test_pins_and_exactly_pinned_nightly(audit: Any, tmp_path: Path) -> None:
     """Pins fire outside their range; a nightly pinned with `==` is allowed, a loose one is not."""
-    policy = write_policy(tmp_path, "pins.toml", """\
+    policy = write_policy(
+        tmp_path,
+        "pins.toml",
+        """\
 [rules.unpinned-prerelease]
 enabled = true
 
@@ -436,7 +467,8 @@ reason = "validated nightly"
 [[pin]]  # loose-pin
 package = "nightly-loose"
 version = ">=0.3rc1"
-""")
+""",
+    )
     run = audit("--policy", policy)
     pin = only(run.rule("pin-violation"))
     assert (pin["package"], pin["environment"], pin["versions"]) == ("alpha", SITE, ["1.0"])
@@ -455,17 +487,27 @@ version = ">=0.3rc1"
 
 def test_downgrade_allow_list_and_package_list(audit: Any, tmp_path: Path) -> None:
     """`allow` lets listed packages move backwards; `packages` limits the rule to those listed."""
-    allow = write_policy(tmp_path, "allow.toml", """\
+    allow = write_policy(
+        tmp_path,
+        "allow.toml",
+        """\
 [rules.downgrade]
 allow = ["beta", "Dupe", "alpha"]
-""")
+""",
+    )
     run = audit("--policy", allow)
     assert {f["package"] for f in run.rule("downgrade")} == {
-        "nvidia-nccl-cu13", "nvidia-cutlass-dsl"}
-    only_nccl = write_policy(tmp_path, "packages.toml", """\
+        "nvidia-nccl-cu13",
+        "nvidia-cutlass-dsl",
+    }
+    only_nccl = write_policy(
+        tmp_path,
+        "packages.toml",
+        """\
 [rules.downgrade]
 packages = ["nvidia_nccl_cu13"]
-""")
+""",
+    )
     run = audit("--policy", only_nccl)
     assert {f["package"] for f in run.rule("downgrade")} == {"nvidia-nccl-cu13"}
     off = write_policy(tmp_path, "off.toml", "[rules.downgrade]\nenabled = false\n")
@@ -498,7 +540,10 @@ def test_record_mismatch_needs_verify_records(audit: Any) -> None:
 
 def test_scope_environment_globs(audit: Any, tmp_path: Path) -> None:
     """Environment globs on entries and rule tables limit findings to matching environments."""
-    venv_only = write_policy(tmp_path, "venv.toml", f"""\
+    venv_only = write_policy(
+        tmp_path,
+        "venv.toml",
+        f"""\
 [rules.file-collision]
 environments = ["/opt/venv/*"]
 
@@ -509,14 +554,18 @@ environments = ["{SITE}"]
 package = "alpha"
 version = "==1.0"
 environments = ["/opt/*"]
-""")
+""",
+    )
     run = audit("--policy", venv_only)
     assert run.rule("file-collision") == []
     assert {f["environment"] for f in run.rule("downgrade")} == {SITE}
     # alpha is 1.0 in the system env (satisfied) and 2.0 in the venv (violated, in scope)
     assert keys(run, "pin-violation") == {("pin-violation", "alpha", VENV_SITE)}
 
-    system_only = write_policy(tmp_path, "system.toml", """\
+    system_only = write_policy(
+        tmp_path,
+        "system.toml",
+        """\
 [rules.downgrade]
 environments = ["/opt/venv/*"]
 
@@ -524,7 +573,8 @@ environments = ["/opt/venv/*"]
 package = "alpha"
 version = "==1.0"
 environments = ["/usr/*"]
-""")
+""",
+    )
     run = audit("--policy", system_only)
     assert run.rule("downgrade") == []
     assert run.rule("pin-violation") == []
@@ -537,7 +587,10 @@ def test_scope_platforms_and_markers(audit: Any, tmp_path: Path) -> None:
     assert platform
     assert platform.startswith("linux/")
     other = "linux/s390x" if not platform.startswith("linux/s390x") else "linux/arm64"
-    out_of_scope = write_policy(tmp_path, "other.toml", f"""\
+    out_of_scope = write_policy(
+        tmp_path,
+        "other.toml",
+        f"""\
 [rules.downgrade]
 platforms = ["{other}"]
 
@@ -549,14 +602,18 @@ package = "nvidia-nccl-cu13"
 version = "2.29.7"
 reason = "bad NCCL"
 platforms = ["{other}"]
-""")
+""",
+    )
     run = audit("--policy", out_of_scope)
     assert run.rule("downgrade") == []
     assert run.rule("unmet-requirement") == []
     assert run.rule("forbidden-version") == []
     assert run.rule("file-collision")  # unscoped rules still run
 
-    in_scope = write_policy(tmp_path, "this.toml", f"""\
+    in_scope = write_policy(
+        tmp_path,
+        "this.toml",
+        f"""\
 [rules.downgrade]
 platforms = ["{platform}", "{other}"]
 
@@ -567,8 +624,9 @@ marker = "python_version < '3.12' and platform_system == 'Linux'"
 package = "nvidia-nccl-cu13"
 version = ">=2.29,<2.30"
 reason = "bad NCCL"
-platforms = ["{platform.split('/')[0]}/{platform.split('/')[1]}"]
-""")
+platforms = ["{platform.split("/")[0]}/{platform.split("/")[1]}"]
+""",
+    )
     run = audit("--policy", in_scope)
     assert len(run.rule("downgrade")) == 5
     assert only(run.rule("unmet-requirement"))["package"] == "gamma"
@@ -580,7 +638,10 @@ platforms = ["{platform.split('/')[0]}/{platform.split('/')[1]}"]
 
 def test_severity_overrides_and_fail_on(audit: Any, tmp_path: Path) -> None:
     """Rule tables and entries override severities, and `--fail-on` decides what fails."""
-    policy = write_policy(tmp_path, "severity.toml", """\
+    policy = write_policy(
+        tmp_path,
+        "severity.toml",
+        """\
 [rules.downgrade]
 severity = "warning"
 
@@ -601,7 +662,8 @@ severity = "info"
 [[pin]]
 package = "nvidia-nccl-cu13"
 version = ">=2.30"
-""")
+""",
+    )
     run = audit("--policy", policy)
     sev = {(f["rule"], f["package"]): f["severity"] for f in run.findings}
     assert sev[("downgrade", "alpha")] == "warning"
@@ -612,7 +674,10 @@ version = ">=2.30"
     assert not run.rule("duplicate-distribution")
     assert run.code == 1
 
-    relaxed = write_policy(tmp_path, "relaxed.toml", """\
+    relaxed = write_policy(
+        tmp_path,
+        "relaxed.toml",
+        """\
 extend = ["severity.toml"]
 
 [rules.file-collision]
@@ -620,7 +685,8 @@ severity = "warning"
 
 [rules.pin-violation]
 severity = "warning"
-""")
+""",
+    )
     run = audit("--policy", relaxed)
     assert {f["severity"] for f in run.findings} == {"warning", "info"}
     # a later file overrides severity only: the alpha entry keeps its own `info`
@@ -670,7 +736,8 @@ def test_valid_waiver_marks_findings_waived_and_passes(audit: Any, tmp_path: Pat
     assert set(downgrades) == {"alpha", "beta", "nvidia-nccl-cu13", "nvidia-cutlass-dsl"}
     assert all(f["waived"] for f in downgrades.values())
     assert downgrades["alpha"]["waiver_reason"] == (
-        "alpha 1.0 is what the app is tested with (until 2099-12-31)")
+        "alpha 1.0 is what the app is tested with (until 2099-12-31)"
+    )
     assert downgrades["nvidia-nccl-cu13"]["waiver_reason"].startswith("oldtorch pins its NCCL")
     assert not run.rule("expired-waiver")
     assert [f for f in run.findings if not f["waived"] and f["severity"] == "error"] == []
@@ -680,13 +747,17 @@ def test_valid_waiver_marks_findings_waived_and_passes(audit: Any, tmp_path: Pat
 
 def test_waiver_does_not_cover_other_rules_or_packages(audit: Any, tmp_path: Path) -> None:
     """A waiver covers only its rule and packages: an unwaived downgrade still fails."""
-    policy = write_policy(tmp_path, "partial.toml", """\
+    policy = write_policy(
+        tmp_path,
+        "partial.toml",
+        """\
 [[waiver]]
 package = "alpha"
 rule = "unmet-requirement"
 reason = "wrong rule"
 expires = 2099-12-31
-""")
+""",
+    )
     run = audit("--policy", policy)
     assert not any(f["waived"] for f in run.findings)
     assert run.code == 1
@@ -750,15 +821,40 @@ def test_vendored_sarif_schema_is_the_official_one() -> None:
     assert schema["id"].endswith("/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json")
     assert len(SARIF_SCHEMA.read_text()) == 112768
     assert {"result", "run", "suppression", "reportingDescriptor", "region"} <= set(
-        schema["definitions"])
+        schema["definitions"]
+    )
     validator = sarif_validator()
-    bad = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}},
-                                         "results": [{"message": {"text": "m"},
-                                                      "level": "fatal"}]}]}
+    bad = {
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {"name": "x"}},
+                "results": [{"message": {"text": "m"}, "level": "fatal"}],
+            }
+        ],
+    }
     assert list(validator.iter_errors(bad))
-    bad_region = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}}, "results": [
-        {"message": {"text": "m"}, "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": "Dockerfile"}, "region": {"startLine": 0}}}]}]}]}
+    bad_region = {
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {"name": "x"}},
+                "results": [
+                    {
+                        "message": {"text": "m"},
+                        "locations": [
+                            {
+                                "physicalLocation": {
+                                    "artifactLocation": {"uri": "Dockerfile"},
+                                    "region": {"startLine": 0},
+                                }
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     assert list(validator.iter_errors(bad_region))
 
 
@@ -766,8 +862,16 @@ def test_sarif_is_valid_and_points_at_dockerfile_lines(
     audit: Any, policy_image: PolicyImage, report_policy: str
 ) -> None:
     """SARIF validates against the official schema and points at each step's RUN line."""
-    run = audit("--policy", report_policy, "--target", "sm_121", "--verify-records",
-                "--dockerfile", str(policy_image.dockerfile), fmt="sarif")
+    run = audit(
+        "--policy",
+        report_policy,
+        "--target",
+        "sm_121",
+        "--verify-records",
+        "--dockerfile",
+        str(policy_image.dockerfile),
+        fmt="sarif",
+    )
     assert run.code == 1
     log = json.loads(run.text)
     errors = sorted(sarif_validator().iter_errors(log), key=str)
@@ -779,9 +883,16 @@ def test_sarif_is_valid_and_points_at_dockerfile_lines(
     results = log["runs"][0]["results"]
     rules = {r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]}
     assert {r["ruleId"] for r in results} == {
-        "downgrade", "unmet-requirement", "file-collision", "duplicate-distribution",
-        "pin-violation", "forbidden-version", "coupling", "unpinned-prerelease",
-        "record-mismatch", "expired-waiver",
+        "downgrade",
+        "unmet-requirement",
+        "file-collision",
+        "duplicate-distribution",
+        "pin-violation",
+        "forbidden-version",
+        "coupling",
+        "unpinned-prerelease",
+        "record-mismatch",
+        "expired-waiver",
     }
     assert {r["ruleId"] for r in results} <= rules
     seen_steps = set()
@@ -804,7 +915,8 @@ def test_sarif_is_valid_and_points_at_dockerfile_lines(
     by_key = {(r["ruleId"], r["properties"].get("package")): r for r in results}
     nccl = by_key[("downgrade", "nvidia-nccl-cu13")]
     assert nccl["locations"][0]["physicalLocation"]["region"]["startLine"] == dockerfile_line(
-        text, "downgrade")
+        text, "downgrade"
+    )
     assert nccl["level"] == "error"
     collision = by_key[("file-collision", "collide-a")]
     assert collision["level"] == "warning"
@@ -812,18 +924,20 @@ def test_sarif_is_valid_and_points_at_dockerfile_lines(
     assert by_key[("duplicate-distribution", "dupe")]["level"] == "note"
     # the waived downgrade is an accepted external suppression; the expired one waives nothing
     beta = by_key[("downgrade", "beta")]
-    assert beta["suppressions"] == [{
-        "kind": "external", "status": "accepted",
-        "justification": "beta 1.0 is what the app is tested with (until 2099-12-31)"}]
+    assert beta["suppressions"] == [
+        {
+            "kind": "external",
+            "status": "accepted",
+            "justification": "beta 1.0 is what the app is tested with (until 2099-12-31)",
+        }
+    ]
     assert "suppressions" not in by_key[("duplicate-distribution", "dupe")]
     assert "suppressions" not in nccl
     forbidden = [r for r in results if r["ruleId"] == "forbidden-version"]
     assert any("FA2 MLA kernel NaNs" in r["message"]["text"] for r in forbidden)
 
 
-def test_sarif_without_dockerfile_points_at_policy_lines(
-    audit: Any, report_policy: str
-) -> None:
+def test_sarif_without_dockerfile_points_at_policy_lines(audit: Any, report_policy: str) -> None:
     """Without --dockerfile, SARIF results point at the policy file line that produced them."""
     run = audit("--policy", report_policy, fmt="sarif")
     log = json.loads(run.text)
@@ -835,12 +949,11 @@ def test_sarif_without_dockerfile_points_at_policy_lines(
         assert physical["region"]["startLine"] == props["policyLine"]
     forbidden = next(r for r in log["runs"][0]["results"] if r["ruleId"] == "forbidden-version")
     assert forbidden["locations"][0]["physicalLocation"]["region"]["startLine"] == line_of(
-        SHIPPED_GLM, "[[forbidden]]")
+        SHIPPED_GLM, "[[forbidden]]"
+    )
 
 
-def test_junit_parses_back_one_case_per_rule_and_package(
-    audit: Any, report_policy: str
-) -> None:
+def test_junit_parses_back_one_case_per_rule_and_package(audit: Any, report_policy: str) -> None:
     """JUnit parses back: one case per (rule, package), failures open, waived ones skipped."""
     findings = audit("--policy", report_policy).findings
     run = audit("--policy", report_policy, fmt="junit")
@@ -882,9 +995,7 @@ def test_junit_parses_back_one_case_per_rule_and_package(
     assert int(suite.get("errors") or -1) == 0
 
 
-def test_markdown_renders_verdict_table_and_folded_waivers(
-    audit: Any, report_policy: str
-) -> None:
+def test_markdown_renders_verdict_table_and_folded_waivers(audit: Any, report_policy: str) -> None:
     """Markdown: the failing verdict, a row per open finding, waived ones folded."""
     run = audit("--policy", report_policy, fmt="markdown")
     assert run.code == 1
@@ -904,13 +1015,17 @@ def test_markdown_renders_verdict_table_and_folded_waivers(
 
 def test_reports_agree_with_fail_on(audit: Any, tmp_path: Path) -> None:
     """Exit code, Markdown verdict and JUnit failures all follow `--fail-on`."""
-    policy = write_policy(tmp_path, "warnings.toml", """\
+    policy = write_policy(
+        tmp_path,
+        "warnings.toml",
+        """\
 [rules.downgrade]
 severity = "warning"
 
 [rules.unmet-requirement]
 severity = "warning"
-""")
+""",
+    )
     lenient = audit("--policy", policy, fmt="markdown")
     assert lenient.code == 0
     assert "**pass**" in lenient.text.splitlines()[0]

@@ -80,10 +80,22 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory, hook_repo: Path) -> Pat
     """Every wheel the hook environment needs, so `try-repo` installs with no index."""
     wheels = tmp_path_factory.mktemp("wheelhouse")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels),
-         "setuptools>=68", "wheel", str(hook_repo)],
-        check=True, capture_output=True, timeout=900,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--wheel-dir",
+            str(wheels),
+            "setuptools>=68",
+            "wheel",
+            str(hook_repo),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     return wheels
 
 

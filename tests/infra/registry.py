@@ -239,13 +239,24 @@ class TokenServer(_Server):
         self.cert_path = workdir / "token-cert.pem"
         subprocess.run(
             [
-                openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                "-subj", "/CN=pinguard-test-token-issuer",
-                "-keyout", str(self.key_path), "-out", str(self.cert_path),
+                openssl,
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=pinguard-test-token-issuer",
+                "-keyout",
+                str(self.key_path),
+                "-out",
+                str(self.cert_path),
             ],
             check=True,
             capture_output=True,
-        )  # fmt: skip
+        )
         der = subprocess.run(
             [openssl, "x509", "-in", str(self.cert_path), "-outform", "DER"],
             check=True,

@@ -128,10 +128,23 @@ def test_pip_installs_from_served_index_into_a_venv(
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "--isolated", "--python", str(venv / "bin" / "python"),
-         "install", "--no-cache-dir", "--index-url", index.url, "torch"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--isolated",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-cache-dir",
+            "--index-url",
+            index.url,
+            "torch",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     site = next(venv.glob("lib/python*/site-packages"))
     assert {p.name for p in site.glob("*.dist-info")} >= {
@@ -152,10 +165,22 @@ def test_uv_compiles_against_served_index(
     build_wheel(WheelSpec("nvidia-nccl-cu13", "2.29.7"), wheels)
     index = serve_wheels(wheels)
     proc = subprocess.run(
-        [str(UV), "pip", "compile", "--no-cache", "--no-header", "--index-url", index.url,
-         "--prerelease=allow", "-"],
-        input="flashinfer-python\n", capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            str(UV),
+            "pip",
+            "compile",
+            "--no-cache",
+            "--no-header",
+            "--index-url",
+            index.url,
+            "--prerelease=allow",
+            "-",
+        ],
+        input="flashinfer-python\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "nvidia-nccl-cu13==2.29.7" in proc.stdout
     assert "flashinfer-python==0.6.18.dev20261120" in proc.stdout
@@ -293,8 +318,11 @@ def test_exports_of_bad_image_are_readable(
     args = ["--tls-verify=false"] if ref.startswith("docker://") else []
     out = subprocess.run(
         ["skopeo", "inspect", "--config", *args, ref],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     config = json.loads(out)
     stored = image_config(scenario.bad.tag)
     assert config["rootfs"]["diff_ids"] == stored["rootfs"]["diff_ids"]

@@ -38,10 +38,21 @@ def test_constraints_verify(
 ) -> None:
     """-o writes the pins; --verify proves the good step and explains the bad one."""
     out = tmp_path / "c.txt"
-    code = main([
-        "constraints", "img", "-o", str(out), "--verify", "--index-url", indexes.main.url,
-        "--extra-index-url", indexes.nightly.url, "--policy", str(_empty_policy(tmp_path)),
-    ])  # fmt: skip
+    code = main(
+        [
+            "constraints",
+            "img",
+            "-o",
+            str(out),
+            "--verify",
+            "--index-url",
+            indexes.main.url,
+            "--extra-index-url",
+            indexes.nightly.url,
+            "--policy",
+            str(_empty_policy(tmp_path)),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert "torch==2.11.0+cu130" in out.read_text()
@@ -70,11 +81,21 @@ def test_constraints_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_plan_cli(indexes: Indexes, capsys: pytest.CaptureFixture[str]) -> None:
     """plan of the nightly step on the good image predicts the downgrades; the default policy
     fails it (exit 1)."""
-    code = main([
-        "plan", "img", "--index-url", indexes.main.url,
-        "--", "pip", "install", "--pre", "--extra-index-url", indexes.nightly.url,
-        "flashinfer-python==0.6.18.dev20261120",
-    ])  # fmt: skip
+    code = main(
+        [
+            "plan",
+            "img",
+            "--index-url",
+            indexes.main.url,
+            "--",
+            "pip",
+            "install",
+            "--pre",
+            "--extra-index-url",
+            indexes.nightly.url,
+            "flashinfer-python==0.6.18.dev20261120",
+        ]
+    )
     text = capsys.readouterr().out
     assert "environment: /usr/local/lib/python3.12/dist-packages" in text
     assert "downgraded  nvidia-nccl-cu13 2.30.3 -> 2.29.7" in text

@@ -10,9 +10,9 @@ import tomlkit
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from pinguard.repair import constraints as emit
 from pinguard.errors import UsageError
 from pinguard.models import Finding, Severity
+from pinguard.repair import constraints as emit
 from tests.resolve.conftest import ENV, bad_result
 
 

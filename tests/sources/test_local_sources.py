@@ -127,9 +127,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         f"oci-archive:{exports['oci-archive']}:v1",
     )
     run(
-        "skopeo", "copy", "-q", f"containers-storage:{tag}",
+        "skopeo",
+        "copy",
+        "-q",
+        f"containers-storage:{tag}",
         f"docker-archive:{exports['docker-archive']}:{tag}",
-    )  # fmt: skip
+    )
     yield {
         "tag": tag,
         "config": config,
@@ -482,9 +485,11 @@ def make_multiplatform_layout(layout: Path, nested: bool) -> Path:
     if nested:
         index = {"schemaVersion": 2, "mediaType": mf.OCI_INDEX, "manifests": entries}
         desc = write_blob(
-            layout, json.dumps(index).encode(), mf.OCI_INDEX,
+            layout,
+            json.dumps(index).encode(),
+            mf.OCI_INDEX,
             annotations={mf.REF_NAME_ANNOTATION: "multi"},
-        )  # fmt: skip
+        )
         top = {"schemaVersion": 2, "manifests": [desc]}
     else:
         top = {"schemaVersion": 2, "mediaType": mf.OCI_INDEX, "manifests": entries[:2]}

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pinguard.layers.cache import LayerCache
-from pinguard.catalog import analyzer_key, selector
 from pinguard.audit.diff import diff_environments
+from pinguard.audit.state import State
+from pinguard.catalog import analyzer_key, selector
 from pinguard.errors import SourceError
+from pinguard.layers.cache import LayerCache
 from pinguard.layers.walk import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.models import (
     AuditResult,
@@ -34,7 +35,6 @@ from pinguard.models import (
     Step,
     Unmet,
 )
-from pinguard.audit.state import State
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 
 

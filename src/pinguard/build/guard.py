@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinguard.audit.pipeline import audit_directory
 from pinguard.audit.diff import diff_environments
+from pinguard.audit.pipeline import audit_directory
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (

@@ -34,7 +34,6 @@ from packaging.utils import (
 
 from pinguard import __version__
 from pinguard.build.dockerfile import Dockerfile, Instruction, expand_word
-from pinguard.models import Finding, Severity
 from pinguard.build.pipcli import (
     ASSIGNMENT,
     basename,
@@ -42,6 +41,7 @@ from pinguard.build.pipcli import (
     pip_invocation,
     strip_wrappers,
 )
+from pinguard.models import Finding, Severity
 
 __all__ = [
     "DEFAULT_NIGHTLY_PATTERNS",
@@ -96,9 +96,28 @@ BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "uv"})
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
 _OPERATORS = (
-    "&&", "||", ";;", "|&", "<<-", "<<<", "<<", ">>", ">&", "<&", ">|", "&>", "<>",
-    "&", "|", ";", "(", ")", "<", ">", "\n",
-)  # fmt: skip
+    "&&",
+    "||",
+    ";;",
+    "|&",
+    "<<-",
+    "<<<",
+    "<<",
+    ">>",
+    ">&",
+    "<&",
+    ">|",
+    "&>",
+    "<>",
+    "&",
+    "|",
+    ";",
+    "(",
+    ")",
+    "<",
+    ">",
+    "\n",
+)
 _SEPARATORS = frozenset({"&&", "||", ";;", "|&", "&", "|", ";", "(", ")", "\n"})
 
 

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
-from pinguard.layers.cache import default_cache_dir
 from pinguard.errors import UsageError
+from pinguard.layers.cache import default_cache_dir
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
 

@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
         return run_check(args, args.operands[1:])
     if len(args.operands) != 1:
         raise UsageError("give one image reference (or: pinguard constraints check FILE...)")
-    from pinguard.repair import constraints as emit
     from pinguard.cli.common import load_policies
+    from pinguard.repair import constraints as emit
 
     result = judge(run_audit(args, args.operands[0]), args)
     policy = load_policies(args.policy)
@@ -198,8 +198,8 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
 
 
 def run_check(args: argparse.Namespace, files: list[str]) -> int:
-    from pinguard.repair import constraints as emit
     from pinguard.cli.common import load_policies
+    from pinguard.repair import constraints as emit
 
     if not files:
         raise UsageError("constraints check needs at least one FILE")

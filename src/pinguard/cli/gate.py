@@ -45,13 +45,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here (atomically)")
     p.add_argument("--format", choices=FORMATS, default="table", help="what to print on stdout")
     p.add_argument(
-        "--build-arg", action="append", default=[], metavar="NAME=VALUE",
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="a build argument, as the build was given it (for the lint)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--require-guard", action="store_true",
+        "--require-guard",
+        action="store_true",
         help="report install steps not followed by `pinguard guard` (lint rule missing-guard)",
-    )  # fmt: skip
+    )
     add_image_options(p)
     add_policy_options(p)
     p.set_defaults(func=run)
@@ -77,33 +81,42 @@ def merged_sarif(result: AuditResult, lint_items: Sequence[Any], dockerfile: str
             continue
         severity, text = LINT_RULES[rule_id]
         known[rule_id] = len(rules)
-        rules.append({
-            "id": rule_id,
-            "name": "".join(w.capitalize() for w in rule_id.split("-")),
-            "shortDescription": {"text": text},
-            "defaultConfiguration": {"level": _LEVEL[severity]},
-            "properties": {"kind": "dockerfile-lint"},
-        })  # fmt: skip
+        rules.append(
+            {
+                "id": rule_id,
+                "name": "".join(w.capitalize() for w in rule_id.split("-")),
+                "shortDescription": {"text": text},
+                "defaultConfiguration": {"level": _LEVEL[severity]},
+                "properties": {"kind": "dockerfile-lint"},
+            }
+        )
     uri = sarif._uri(dockerfile)
     for item in lint_items:
         f: Finding = item.finding
         fingerprint = f"{f.rule}\x1f{item.path}\x1f{item.command}\x1f{f.package or ''}"
-        run["results"].append({
-            "ruleId": f.rule,
-            "ruleIndex": known[f.rule],
-            "level": _LEVEL[f.severity],
-            "message": {"text": f.message},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {"uri": uri},
-                    "region": {"startLine": item.line, "endLine": max(item.line, item.end_line)},
+        run["results"].append(
+            {
+                "ruleId": f.rule,
+                "ruleIndex": known[f.rule],
+                "level": _LEVEL[f.severity],
+                "message": {"text": f.message},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": uri},
+                            "region": {
+                                "startLine": item.line,
+                                "endLine": max(item.line, item.end_line),
+                            },
+                        },
+                    }
+                ],
+                "partialFingerprints": {
+                    "pinguardLint/v1": hashlib.sha256(fingerprint.encode()).hexdigest()[:32],
                 },
-            }],
-            "partialFingerprints": {
-                "pinguardLint/v1": hashlib.sha256(fingerprint.encode()).hexdigest()[:32],
-            },
-            "properties": {"package": f.package, "stage": item.stage, "command": item.command},
-        })  # fmt: skip
+                "properties": {"package": f.package, "stage": item.stage, "command": item.command},
+            }
+        )
     return doc
 
 
@@ -112,10 +125,10 @@ def _pins(policy: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.cli.common import FAIL_ON, judge, load_policies, run_audit
     from pinguard.build.dockerfile import parse_file
-    from pinguard.fileio import atomic_write
     from pinguard.build.lint import lint
+    from pinguard.cli.common import FAIL_ON, judge, load_policies, run_audit
+    from pinguard.fileio import atomic_write
 
     fail_on = FAIL_ON[args.fail_on]
     build_args: dict[str, str] = {}
@@ -198,8 +211,8 @@ def _print_table(
 ) -> None:
     from rich.console import Console
 
-    from pinguard.cli.common import FAIL_ON
     from pinguard.build.lint import render as render_lint
+    from pinguard.cli.common import FAIL_ON
 
     out = sys.stdout
     print(f"lint {args.dockerfile}:", file=out)

@@ -24,8 +24,8 @@ PREFIX = "pinguard guard:"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pinguard.cli.common import FAIL_ON
     from pinguard.build.guard import DEFAULT_STATE, UPDATE_MODES
+    from pinguard.cli.common import FAIL_ON
 
     p = sub.add_parser(
         "guard",
@@ -35,35 +35,49 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "to fail the Dockerfile RUN step. The first call records the baseline.",
     )
     p.add_argument(
-        "--policy", action="append", default=[], metavar="FILE",
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
         help="policy file (repeatable; default: pinguard.toml or [tool.pinguard] if found)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--state", default=DEFAULT_STATE, metavar="PATH",
+        "--state",
+        default=DEFAULT_STATE,
+        metavar="PATH",
         help=f"the state file, an absolute path inside ROOT (default: {DEFAULT_STATE})",
-    )  # fmt: skip
+    )
     p.add_argument("--root", default="/", help="the filesystem to audit (default: /)")
     p.add_argument("--target", action="append", default=[], metavar="T", help="build target")
     p.add_argument(
-        "--fail-on", choices=sorted(FAIL_ON), default="error",
+        "--fail-on",
+        choices=sorted(FAIL_ON),
+        default="error",
         help="lowest severity that fails (default: error)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--allow-incomplete", action="store_true",
+        "--allow-incomplete",
+        action="store_true",
         help="do not fail when some metadata could not be read",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--step-name", metavar="TEXT",
+        "--step-name",
+        metavar="TEXT",
         help="name of this step in reports (default: the RUN command, else 'guard call N')",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--exclude", action="append", default=[], metavar="PATH",
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PATH",
         help="an in-image path not to audit (repeatable; pinguard's own files always are not)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--update-state", choices=UPDATE_MODES, default="pass",
+        "--update-state",
+        choices=UPDATE_MODES,
+        default="pass",
         help="when to record the state: pass (default), always (accept what is there), never",
-    )  # fmt: skip
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=run)
 
@@ -126,8 +140,8 @@ def render_text(
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.cli.common import FAIL_ON, load_policies
     from pinguard.build.guard import run_guard
+    from pinguard.cli.common import FAIL_ON, load_policies
 
     policy = load_policies(args.policy)
     fail_on = FAIL_ON[args.fail_on]

@@ -1,8 +1,8 @@
 """`pinguard lint DOCKERFILE...`: report pip/uv install steps that let dependencies drift.
 
-Each Dockerfile is parsed (`pinguard.build.dockerfile`) and linted (`pinguard.build.lint`); the policy, when
-one is given with ``--policy`` or found (``pinguard.toml`` / ``[tool.pinguard]``), supplies the
-pinned packages for `upgrade-pinned` and `no-deps-repin`; ``--require-guard`` turns on
+Each Dockerfile is parsed (`pinguard.build.dockerfile`) and linted (`pinguard.build.lint`);
+the policy, when one is given with ``--policy`` or found (``pinguard.toml`` /
+``[tool.pinguard]``), supplies the pinned packages for `upgrade-pinned` and `no-deps-repin`; ``--require-guard`` turns on
 `missing-guard`. Exit codes: 0 when no finding is at or above ``--fail-on`` (default
 ``warning``: every lint rule describes a way to ship drift), 1 when one is, 2 when a
 Dockerfile cannot be read or parsed or the command line or policy is wrong (the other files are
@@ -30,30 +30,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("dockerfiles", nargs="+", metavar="DOCKERFILE")
     p.add_argument(
-        "--policy", action="append", default=[], metavar="FILE",
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
         help="policy file (repeatable; default: pinguard.toml or [tool.pinguard] if found)",
-    )  # fmt: skip
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
-        "--fail-on", choices=sorted(FAIL_ON), default="warning",
+        "--fail-on",
+        choices=sorted(FAIL_ON),
+        default="warning",
         help="lowest severity that fails (default: warning)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--require-guard", action="store_true",
+        "--require-guard",
+        action="store_true",
         help="report install steps not followed by `pinguard guard` (rule missing-guard)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--build-arg", action="append", default=[], metavar="NAME=VALUE",
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="a build argument, as `docker build --build-arg` would pass it",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--ignore", action="append", default=[], metavar="RULE", help="skip this rule (repeatable)"
     )
     p.add_argument(
-        "--nightly-pattern", action="append", default=[], metavar="REGEX",
+        "--nightly-pattern",
+        action="append",
+        default=[],
+        metavar="REGEX",
         help="an index URL matching this counts as nightly (replaces the built-in patterns)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=run)
 
 
@@ -73,8 +85,8 @@ def _policy_facts(files: list[str]) -> tuple[list[str], bool, str | None]:
 
 def run(args: argparse.Namespace) -> int:
     from pinguard.build.dockerfile import InvalidDockerfile, parse_file
-    from pinguard.fileio import atomic_write
     from pinguard.build.lint import RULES, LintFinding, lint, render
+    from pinguard.fileio import atomic_write
 
     build_args: dict[str, str] = {}
     for item in args.build_arg:

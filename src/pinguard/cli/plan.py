@@ -61,8 +61,8 @@ def _key(f: Finding) -> tuple[str, str | None, str | None, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.repair.plan import choose_plan_environment, plan_install
     from pinguard.policy.engine import evaluate
+    from pinguard.repair.plan import choose_plan_environment, plan_install
     from pinguard.repair.resolve import parse_command_line
 
     words = split_command(args)

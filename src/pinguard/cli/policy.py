@@ -19,8 +19,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("policy", help="check policy files and list rules")
     sub = parser.add_subparsers(dest="policy_command", metavar="ACTION")
     check = sub.add_parser("check", help="validate policy files (exit 0 valid, 2 invalid)")
-    check.add_argument("files", nargs="*", metavar="FILE",
-                       help="policy files (default: the discovered pinguard.toml / pyproject.toml)")
+    check.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="policy files (default: the discovered pinguard.toml / pyproject.toml)",
+    )
     check.set_defaults(func=_check)
     rules = sub.add_parser("rules", help="list the rules and their default severities")
     rules.set_defaults(func=_rules)
@@ -34,8 +38,11 @@ def _check(args: argparse.Namespace) -> int:
     if not files:
         found = discover()
         if found is None:
-            print("no policy file found (pinguard.toml or [tool.pinguard] in pyproject.toml); "
-                  "the built-in default applies", file=sys.stderr)
+            print(
+                "no policy file found (pinguard.toml or [tool.pinguard] in pyproject.toml); "
+                "the built-in default applies",
+                file=sys.stderr,
+            )
             return EXIT_PASS
         files = [str(found)]
     problems = check_policy_files(files)

@@ -18,9 +18,7 @@ from pinguard.models import AuditResult, Finding, Severity
 from pinguard.policy import rules as r
 from pinguard.policy.model import RULES, Policy, RuleConfig
 
-_Runner = Callable[
-    [r.Facts, Policy, RuleConfig, Mapping[str, str] | None], Iterable[r.Hit]
-]
+_Runner = Callable[[r.Facts, Policy, RuleConfig, Mapping[str, str] | None], Iterable[r.Hit]]
 
 _RUNNERS: tuple[tuple[str, _Runner], ...] = (
     ("pin-violation", lambda f, p, c, d: r.pin_violation(f, p.pins)),
@@ -38,8 +36,14 @@ _RUNNERS: tuple[tuple[str, _Runner], ...] = (
 def sort_key(f: Finding) -> tuple[int, str, str, str, int, tuple[str, ...], str, bool]:
     """The order findings are reported in: severity (highest first), then identity."""
     return (
-        -f.severity.rank, f.rule, f.package or "", f.environment or "",
-        -1 if f.step is None else f.step, f.versions, f.message, f.waived,
+        -f.severity.rank,
+        f.rule,
+        f.package or "",
+        f.environment or "",
+        -1 if f.step is None else f.step,
+        f.versions,
+        f.message,
+        f.waived,
     )
 
 
@@ -76,33 +80,38 @@ def evaluate(
     findings: list[Finding] = []
     for w in policy.waivers:
         if w.expired(today):
-            findings.append(Finding(
-                rule="expired-waiver",
-                severity=RULES["expired-waiver"].severity,
-                message=f"the waiver of {w.rule} for {w.package} expired on "
-                        f"{w.expires.isoformat()} ({w.reason}); renew it or fix the cause",
-                package=w.package,
-                policy_file=w.origin.file,
-                policy_line=w.origin.line,
-            ))
+            findings.append(
+                Finding(
+                    rule="expired-waiver",
+                    severity=RULES["expired-waiver"].severity,
+                    message=f"the waiver of {w.rule} for {w.package} expired on "
+                    f"{w.expires.isoformat()} ({w.reason}); renew it or fix the cause",
+                    package=w.package,
+                    policy_file=w.origin.file,
+                    policy_line=w.origin.line,
+                )
+            )
     for cfg, hit in _hits(facts, policy, file_digests):
         origin = hit.origin or cfg.origin
         packages = hit.packages or frozenset({hit.package} if hit.package else ())
         waiver = next((w for w in active if w.covers(hit.rule, packages, hit.environment)), None)
-        findings.append(Finding(
-            rule=hit.rule,
-            severity=hit.severity or cfg.severity,
-            message=hit.message,
-            package=hit.package,
-            environment=hit.environment,
-            step=hit.step,
-            versions=hit.versions,
-            policy_file=origin.file,
-            policy_line=origin.line,
-            waived=waiver is not None,
-            waiver_reason=None if waiver is None else f"{waiver.reason} (until "
-            f"{waiver.expires.isoformat()})",
-        ))
+        findings.append(
+            Finding(
+                rule=hit.rule,
+                severity=hit.severity or cfg.severity,
+                message=hit.message,
+                package=hit.package,
+                environment=hit.environment,
+                step=hit.step,
+                versions=hit.versions,
+                policy_file=origin.file,
+                policy_line=origin.line,
+                waived=waiver is not None,
+                waiver_reason=None
+                if waiver is None
+                else f"{waiver.reason} (until {waiver.expires.isoformat()})",
+            )
+        )
     return tuple(sorted(findings, key=sort_key))
 
 

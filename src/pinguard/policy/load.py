@@ -138,8 +138,9 @@ class _Reader:
         return out
 
     # -- structure -------------------------------------------------------------------
-    def table(self, value: object, path: KeyPath, allowed: Iterable[str],
-              required: Iterable[str] = ()) -> dict[str, Any] | None:
+    def table(
+        self, value: object, path: KeyPath, allowed: Iterable[str], required: Iterable[str] = ()
+    ) -> dict[str, Any] | None:
         if not isinstance(value, dict):
             self.problem(path, f"{self.dotted(path)}: expected a table, got {value!r}")
             return None
@@ -166,14 +167,18 @@ class _Reader:
         return [((key, i), item) for i, item in enumerate(value)]
 
     # -- scalars ---------------------------------------------------------------------
-    def string(self, data: dict[str, Any], path: KeyPath, key: str,
-               default: str | None = None) -> str | None:
+    def string(
+        self, data: dict[str, Any], path: KeyPath, key: str, default: str | None = None
+    ) -> str | None:
         value = data.get(key, _MISSING)
         if value is _MISSING:
             return default
         if not isinstance(value, str):
-            self.problem((*path, key), f"{self.dotted((*path, key))}: expected a string, "
-                         f"got {_type_name(value)} {value!r}")
+            self.problem(
+                (*path, key),
+                f"{self.dotted((*path, key))}: expected a string, "
+                f"got {_type_name(value)} {value!r}",
+            )
             return default
         return value
 
@@ -182,8 +187,11 @@ class _Reader:
         if value is _MISSING:
             return None
         if not isinstance(value, bool):
-            self.problem((*path, key), f"{self.dotted((*path, key))}: expected true or false, "
-                         f"got {_type_name(value)} {value!r}")
+            self.problem(
+                (*path, key),
+                f"{self.dotted((*path, key))}: expected true or false, "
+                f"got {_type_name(value)} {value!r}",
+            )
             return None
         return value
 
@@ -195,8 +203,10 @@ class _Reader:
             return (value,)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
-        self.problem((*path, key), f"{self.dotted((*path, key))}: expected a string or an array "
-                     f"of strings, got {value!r}")
+        self.problem(
+            (*path, key),
+            f"{self.dotted((*path, key))}: expected a string or an array of strings, got {value!r}",
+        )
         return None
 
     def name(self, raw: str, path: KeyPath) -> NormalizedName | None:
@@ -206,8 +216,9 @@ class _Reader:
             self.problem(path, f"{self.dotted(path)}: invalid package name {raw!r}")
             return None
 
-    def names(self, data: dict[str, Any], path: KeyPath,
-              key: str) -> frozenset[NormalizedName] | None:
+    def names(
+        self, data: dict[str, Any], path: KeyPath, key: str
+    ) -> frozenset[NormalizedName] | None:
         raw = self.strings(data, path, key)
         if raw is None:
             return None
@@ -219,8 +230,11 @@ class _Reader:
         if raw is None:
             return None
         if raw not in _SEVERITIES:
-            self.problem((*path, "severity"), f"{self.dotted((*path, 'severity'))}: invalid "
-                         f"severity {raw!r} (expected one of: {', '.join(_SEVERITIES)})")
+            self.problem(
+                (*path, "severity"),
+                f"{self.dotted((*path, 'severity'))}: invalid "
+                f"severity {raw!r} (expected one of: {', '.join(_SEVERITIES)})",
+            )
             return None
         return Severity(raw)
 
@@ -249,8 +263,9 @@ class _Reader:
         try:
             return Marker(raw)
         except InvalidMarker:
-            self.problem((*path, "marker"), f"{self.dotted((*path, 'marker'))}: invalid marker "
-                         f"{raw!r}")
+            self.problem(
+                (*path, "marker"), f"{self.dotted((*path, 'marker'))}: invalid marker {raw!r}"
+            )
             return None
 
     def scope_fields(self, data: dict[str, Any], path: KeyPath) -> dict[str, Any]:
@@ -265,8 +280,11 @@ class _Reader:
             for p in platforms:
                 parts = p.split("/")
                 if not 2 <= len(parts) <= 3 or not all(parts):
-                    self.problem((*path, "platforms"), f"{self.dotted((*path, 'platforms'))}: "
-                                 f"invalid platform {p!r} (expected os/arch[/variant])")
+                    self.problem(
+                        (*path, "platforms"),
+                        f"{self.dotted((*path, 'platforms'))}: "
+                        f"invalid platform {p!r} (expected os/arch[/variant])",
+                    )
             out["platforms"] = platforms
         if "marker" in data:
             out["marker"] = self.marker(data, path)
@@ -341,9 +359,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         why = reader.string(body, path, "reason")
         link = reader.string(body, path, "link", "") or ""
         if pkg is not None and spec is not None and why is not None:
-            layer.forbidden.append(
-                Forbidden(pkg, spec, why, link, sev, scope, reader.origin(path))
-            )
+            layer.forbidden.append(Forbidden(pkg, spec, why, link, sev, scope, reader.origin(path)))
 
     for path, body in reader.entries(top, "coupling"):
         if reader.table(body, path, _COUPLING_KEYS, ("package", "version", "requires")) is None:
@@ -359,17 +375,29 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
                 if req.url or req.marker or req.extras:
                     raise InvalidRequirement("only a name and a version range are allowed")
             except InvalidRequirement:
-                reader.problem((*path, "requires"), f"{reader.dotted((*path, 'requires'))}: "
-                               f"invalid requirement {raw_req!r} (expected 'name<range>')")
+                reader.problem(
+                    (*path, "requires"),
+                    f"{reader.dotted((*path, 'requires'))}: "
+                    f"invalid requirement {raw_req!r} (expected 'name<range>')",
+                )
                 req = None
         sev, scope = reader.severity(body, path), reader.scope(body, path)
         reason = reader.string(body, path, "reason", "") or ""
         link = reader.string(body, path, "link", "") or ""
         if pkg is not None and spec is not None and req is not None:
-            layer.couplings.append(Coupling(
-                pkg, spec, canonicalize_name(req.name), req.specifier, reason, link, sev, scope,
-                reader.origin(path),
-            ))
+            layer.couplings.append(
+                Coupling(
+                    pkg,
+                    spec,
+                    canonicalize_name(req.name),
+                    req.specifier,
+                    reason,
+                    link,
+                    sev,
+                    scope,
+                    reader.origin(path),
+                )
+            )
 
     for path, body in reader.entries(top, "waiver"):
         if reader.table(body, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires")) is None:
@@ -378,13 +406,18 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         pkg = reader.name(name, (*path, "package")) if name is not None else None
         rule = reader.string(body, path, "rule")
         if rule is not None and (rule not in RULES or not RULES[rule].configurable):
-            reader.problem((*path, "rule"), f"{reader.dotted((*path, 'rule'))}: unknown rule "
-                           f"{rule!r} (expected one of: {', '.join(CONFIGURABLE_RULES)})")
+            reader.problem(
+                (*path, "rule"),
+                f"{reader.dotted((*path, 'rule'))}: unknown rule "
+                f"{rule!r} (expected one of: {', '.join(CONFIGURABLE_RULES)})",
+            )
             rule = None
         why = reader.string(body, path, "reason")
         if why is not None and not why.strip():
-            reader.problem((*path, "reason"), f"{reader.dotted((*path, 'reason'))}: a waiver "
-                           f"needs a reason, got {why!r}")
+            reader.problem(
+                (*path, "reason"),
+                f"{reader.dotted((*path, 'reason'))}: a waiver needs a reason, got {why!r}",
+            )
         expires = body.get("expires")
         if isinstance(expires, str):
             with contextlib.suppress(ValueError):
@@ -392,8 +425,11 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         if isinstance(expires, _dt.datetime):
             expires = expires.date()
         if "expires" in body and not isinstance(expires, _dt.date):
-            reader.problem((*path, "expires"), f"{reader.dotted((*path, 'expires'))}: expected "
-                           f"a date such as 2026-03-31, got {body['expires']!r}")
+            reader.problem(
+                (*path, "expires"),
+                f"{reader.dotted((*path, 'expires'))}: expected "
+                f"a date such as 2026-03-31, got {body['expires']!r}",
+            )
             expires = None
         envs = reader.strings(body, path, "environments") or ()
         if pkg is not None and rule is not None and why and isinstance(expires, _dt.date):
@@ -415,7 +451,7 @@ def _collect(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[_Layer], lis
     def visit(path: Path, stack: tuple[Path, ...], where: tuple[str, int] | None) -> None:
         real = path.resolve()
         if real in stack:
-            chain = " -> ".join(str(p) for p in (*stack[stack.index(real):], real))
+            chain = " -> ".join(str(p) for p in (*stack[stack.index(real) :], real))
             file, line = where or (str(path), 1)
             problems.append(PolicyProblem(file, line, f"extend: cycle {chain!r}"))
             return

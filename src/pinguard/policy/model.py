@@ -169,8 +169,9 @@ class Scope:
             return False
         return not (self.targets and not set(self.targets) & set(targets))
 
-    def matches_environment(self, env_path: str | None, env: Environment | None,
-                            platform: Platform | None) -> bool:
+    def matches_environment(
+        self, env_path: str | None, env: Environment | None, platform: Platform | None
+    ) -> bool:
         """The conditions that depend on one environment: path globs and the marker."""
         if self.environments:
             if env_path is None:

@@ -107,8 +107,13 @@ def pin_violation(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
                     "pin-violation",
                     f"{dist.name} {dist.raw_version} {what} satisfy the pin "
                     f"{dist.name}{pin.specifier}{_why(pin.reason, pin.link)}",
-                    dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
-                    frozenset({dist.name}), pin.severity, pin.origin,
+                    dist.name,
+                    env.path,
+                    facts.step_of(env.path, dist),
+                    (dist.raw_version,),
+                    frozenset({dist.name}),
+                    pin.severity,
+                    pin.origin,
                 )
 
 
@@ -129,8 +134,13 @@ def forbidden_version(facts: Facts, forbidden: Iterable[Forbidden]) -> Iterator[
                     "forbidden-version",
                     f"{dist.name} {dist.raw_version} is forbidden ({dist.name}{entry.specifier}): "
                     f"{entry.reason}" + (f" (see {entry.link})" if entry.link else ""),
-                    dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
-                    frozenset({dist.name}), entry.severity, entry.origin,
+                    dist.name,
+                    env.path,
+                    facts.step_of(env.path, dist),
+                    (dist.raw_version,),
+                    frozenset({dist.name}),
+                    entry.severity,
+                    entry.origin,
                 )
 
 
@@ -151,7 +161,9 @@ def downgrade(facts: Facts, config: RuleConfig) -> Iterator[Hit]:
                 "downgrade",
                 f"step {step.index} moved {change.name} back from {change.before} to "
                 f"{change.after}" + (f" ({causes})" if causes else ""),
-                change.name, change.environment, step.index,
+                change.name,
+                change.environment,
+                step.index,
                 tuple(v for v in (change.before, change.after) if v is not None),
                 frozenset({change.name, *(c.package for c in change.causes)}),
             )
@@ -174,7 +186,10 @@ def unpinned_prerelease(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
             yield Hit(
                 "unpinned-prerelease",
                 f"{dist.name} {dist.raw_version} is a {kind} and no pin names that exact version",
-                dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
+                dist.name,
+                env.path,
+                facts.step_of(env.path, dist),
+                (dist.raw_version,),
                 frozenset({dist.name}),
             )
 
@@ -191,8 +206,10 @@ def coupling(facts: Facts, couplings: Iterable[Coupling]) -> Iterator[Hit]:
             if not entry.specifier.contains(a.version, prereleases=True):
                 continue
             b = names.get(entry.requires)
-            if b is not None and b.version is not None and entry.requires_specifier.contains(
-                b.version, prereleases=True
+            if (
+                b is not None
+                and b.version is not None
+                and entry.requires_specifier.contains(b.version, prereleases=True)
             ):
                 continue
             have = "is not installed" if b is None else f"is {b.raw_version}"
@@ -201,15 +218,19 @@ def coupling(facts: Facts, couplings: Iterable[Coupling]) -> Iterator[Hit]:
                 f"{a.name} {a.raw_version} (in {entry.specifier}) needs "
                 f"{entry.requires}{entry.requires_specifier}, but {entry.requires} {have}"
                 + _why(entry.reason, entry.link),
-                entry.requires, env.path,
+                entry.requires,
+                env.path,
                 facts.step_of(env.path, a, *((b,) if b is not None else ())),
                 (a.raw_version, *((b.raw_version,) if b is not None else ())),
-                frozenset({a.name, entry.requires}), entry.severity, entry.origin,
+                frozenset({a.name, entry.requires}),
+                entry.severity,
+                entry.origin,
             )
 
 
-def _still_unmet(env: Environment | None, package: str, version: str, requirement: str,
-                 installed: str | None) -> bool:
+def _still_unmet(
+    env: Environment | None, package: str, version: str, requirement: str, installed: str | None
+) -> bool:
     """Whether an unmet requirement seen after some step still holds in the final state."""
     if env is None:
         return False
@@ -255,7 +276,9 @@ def unmet_requirement(facts: Facts) -> Iterator[Hit]:
         yield Hit(
             "unmet-requirement",
             f"{package} {version} requires {requirement}, but {have}",
-            required, env_path, step_index,
+            required,
+            env_path,
+            step_index,
             tuple(v for v in (version, None if now is None else now.raw_version) if v),
             frozenset({package, required}),
         )
@@ -299,7 +322,10 @@ def file_collision(facts: Facts) -> Iterator[Hit]:
                 f"{a.name} {a.raw_version} and {b.name} {b.raw_version} both install "
                 f"{len(paths)} file(s) with different content: {shown}{more}; install order "
                 f"decides which one wins",
-                a.name, env.path, facts.step_of(env.path, a, b), (a.raw_version, b.raw_version),
+                a.name,
+                env.path,
+                facts.step_of(env.path, a, b),
+                (a.raw_version, b.raw_version),
                 frozenset({a.name, b.name}),
             )
 
@@ -341,15 +367,24 @@ def record_mismatch(facts: Facts, file_digests: Mapping[str, str]) -> Iterator[H
                 continue
             parts = []
             if changed:
-                parts.append(f"{len(changed)} changed ({', '.join(sorted(changed)[:_SHOWN_PATHS])}"
-                             + (", ..." if len(changed) > _SHOWN_PATHS else "") + ")")
+                parts.append(
+                    f"{len(changed)} changed ({', '.join(sorted(changed)[:_SHOWN_PATHS])}"
+                    + (", ..." if len(changed) > _SHOWN_PATHS else "")
+                    + ")"
+                )
             if missing:
-                parts.append(f"{len(missing)} missing ({', '.join(sorted(missing)[:_SHOWN_PATHS])}"
-                             + (", ..." if len(missing) > _SHOWN_PATHS else "") + ")")
+                parts.append(
+                    f"{len(missing)} missing ({', '.join(sorted(missing)[:_SHOWN_PATHS])}"
+                    + (", ..." if len(missing) > _SHOWN_PATHS else "")
+                    + ")"
+                )
             yield Hit(
                 "record-mismatch",
                 f"{dist.name} {dist.raw_version}: files differ from RECORD: {'; '.join(parts)}",
-                dist.name, env.path, facts.step_of(env.path, dist), (dist.raw_version,),
+                dist.name,
+                env.path,
+                facts.step_of(env.path, dist),
+                (dist.raw_version,),
                 frozenset({dist.name}),
             )
 
@@ -368,6 +403,9 @@ def duplicate_distribution(facts: Facts) -> Iterator[Hit]:
                 "duplicate-distribution",
                 f"{name} is installed {len(dists)} times: "
                 + ", ".join(f"{d.raw_version} ({d.metadata_path})" for d in dists),
-                name, env.path, facts.step_of(env.path, *dists),
-                tuple(d.raw_version for d in dists), frozenset({name}),
+                name,
+                env.path,
+                facts.step_of(env.path, *dists),
+                tuple(d.raw_version for d in dists),
+                frozenset({name}),
             )

@@ -137,9 +137,18 @@ def plan_install(
         notes += seed_site_packages(sites[0], env)
         python = venv / "bin" / "python"
         cmd = [
-            uv_bin(), "pip", "install", "--dry-run", "--python", str(python), "--no-config",
-            "--color", "never", "--cache-dir", str(Path(tmp, "cache")),
-        ]  # fmt: skip
+            uv_bin(),
+            "pip",
+            "install",
+            "--dry-run",
+            "--python",
+            str(python),
+            "--no-config",
+            "--color",
+            "never",
+            "--cache-dir",
+            str(Path(tmp, "cache")),
+        ]
         if target.python_version:
             cmd += ["--python-version", target.python_version]
         if target.python_platform:

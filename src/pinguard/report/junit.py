@@ -27,11 +27,13 @@ def _clean(text: str) -> str:
 
 def _line(f: Finding) -> str:
     where = ", ".join(
-        p for p in (
+        p
+        for p in (
             f"step {f.step}" if f.step is not None else "",
             f.environment or "",
             f"{f.policy_file}:{f.policy_line}" if f.policy_file else "",
-        ) if p
+        )
+        if p
     )
     waived = f" [waived: {f.waiver_reason}]" if f.waived else ""
     return _clean(f"[{f.severity.value}] {f.message}" + (f" ({where})" if where else "") + waived)
@@ -63,16 +65,15 @@ def render(
     tests = failures = errors = skipped = 0
     for (rule, package), found in sorted(groups.items()):
         tests += 1
-        case = ET.SubElement(suite, "testcase", classname=f"pinguard.{rule}",
-                             name=_clean(package))
+        case = ET.SubElement(suite, "testcase", classname=f"pinguard.{rule}", name=_clean(package))
         open_ = [f for f in found if not f.waived]
-        failing = [f for f in open_
-                   if fail_on is not None and f.severity.rank >= fail_on.rank]
+        failing = [f for f in open_ if fail_on is not None and f.severity.rank >= fail_on.rank]
         if failing:
             failures += 1
             worst = max(failing, key=lambda f: f.severity.rank)
-            failure = ET.SubElement(case, "failure", type=worst.severity.value,
-                                    message=_clean(worst.message))
+            failure = ET.SubElement(
+                case, "failure", type=worst.severity.value, message=_clean(worst.message)
+            )
             failure.text = "\n".join(_line(f) for f in found)
         elif found and not open_:
             skipped += 1
@@ -85,12 +86,17 @@ def render(
     for item in sorted(result.incomplete, key=lambda i: (i.what, i.why)):
         tests += 1
         errors += 1
-        case = ET.SubElement(suite, "testcase", classname="pinguard.incomplete",
-                             name=_clean(item.what))
+        case = ET.SubElement(
+            suite, "testcase", classname="pinguard.incomplete", name=_clean(item.what)
+        )
         ET.SubElement(case, "error", type="incomplete", message=_clean(item.why))
 
-    counts = {"tests": str(tests), "failures": str(failures), "errors": str(errors),
-              "skipped": str(skipped)}
+    counts = {
+        "tests": str(tests),
+        "failures": str(failures),
+        "errors": str(errors),
+        "skipped": str(skipped),
+    }
     for key, value in counts.items():
         suite.set(key, value)
     root = ET.Element("testsuites", name=suite_name)

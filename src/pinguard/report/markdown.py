@@ -48,8 +48,11 @@ _HEADER = (
 
 def _count(findings: list[Finding]) -> str:
     parts = []
-    for sev, word in ((Severity.ERROR, "error"), (Severity.WARNING, "warning"),
-                      (Severity.INFO, "info")):
+    for sev, word in (
+        (Severity.ERROR, "error"),
+        (Severity.WARNING, "warning"),
+        (Severity.INFO, "info"),
+    ):
         n = sum(1 for f in findings if f.severity is sev)
         if n:
             parts.append(f"{n} {word}" + ("s" if n != 1 and word != "info" else ""))
@@ -75,12 +78,13 @@ def render(
         f"{_count(open_)}"
         + (f"; {len(waived)} waived" if waived else "")
         + (f"; {len(result.incomplete)} incomplete" if result.incomplete else "")
-        + (f" (failing at {fail_on.value} or above)" if fail_on is not None else
-           " (report only)"),
+        + (f" (failing at {fail_on.value} or above)" if fail_on is not None else " (report only)"),
     ]
     image = result.image
-    facts = [f"digest {_code(image.manifest_digest)}" if image.manifest_digest else "",
-             f"platform {_code(str(image.platform))}" if image.platform else ""]
+    facts = [
+        f"digest {_code(image.manifest_digest)}" if image.manifest_digest else "",
+        f"platform {_code(str(image.platform))}" if image.platform else "",
+    ]
     if any(facts):
         lines.append("")
         lines.append("Image " + ", ".join(f for f in facts if f) + ".")
@@ -91,12 +95,19 @@ def render(
             lines += ["", f"... and {len(open_) - max_rows} more (see the full report)."]
     if result.incomplete:
         lines += ["", "**Could not be read** (the gate cannot pass while these remain):", ""]
-        lines += [f"- {_cell(i.what)}: {_cell(i.why)}"
-                  for i in sorted(result.incomplete, key=lambda i: (i.what, i.why))]
+        lines += [
+            f"- {_cell(i.what)}: {_cell(i.why)}"
+            for i in sorted(result.incomplete, key=lambda i: (i.what, i.why))
+        ]
     if waived:
-        lines += ["", f"<details><summary>{len(waived)} waived finding(s)</summary>", "",
-                  _HEADER.replace("| Message |", "| Message | Waiver |").replace(
-                      "|---|---|---|---|---|---|---|", "|---|---|---|---|---|---|---|---|")]
+        lines += [
+            "",
+            f"<details><summary>{len(waived)} waived finding(s)</summary>",
+            "",
+            _HEADER.replace("| Message |", "| Message | Waiver |").replace(
+                "|---|---|---|---|---|---|---|", "|---|---|---|---|---|---|---|---|"
+            ),
+        ]
         lines += [_row(f) + f" {_cell(f.waiver_reason or '')} |" for f in waived[:max_rows]]
         if len(waived) > max_rows:
             lines += ["", f"... and {len(waived) - max_rows} more."]

@@ -110,10 +110,12 @@ def _location(f: Finding, dockerfile: str | None, step_lines: Mapping[int, int])
         what = "policy entry"
     else:
         return []
-    return [{
-        "physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": line}},
-        "message": {"text": what},
-    }]
+    return [
+        {
+            "physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": line}},
+            "message": {"text": what},
+        }
+    ]
 
 
 def to_dict(
@@ -160,18 +162,24 @@ def to_dict(
             item["locations"] = locations
         item["partialFingerprints"] = {"pinguardFinding/v1": _fingerprint(f)}
         props: dict[str, Any] = {"versions": list(f.versions)}
-        for key, value in (("package", f.package), ("environment", f.environment),
-                           ("step", f.step), ("policyFile", f.policy_file),
-                           ("policyLine", f.policy_line)):
+        for key, value in (
+            ("package", f.package),
+            ("environment", f.environment),
+            ("step", f.step),
+            ("policyFile", f.policy_file),
+            ("policyLine", f.policy_line),
+        ):
             if value is not None:
                 props[key] = value
         item["properties"] = props
         if f.waived:
-            item["suppressions"] = [{
-                "kind": "external",
-                "status": "accepted",
-                "justification": f.waiver_reason or "waived by policy",
-            }]
+            item["suppressions"] = [
+                {
+                    "kind": "external",
+                    "status": "accepted",
+                    "justification": f.waiver_reason or "waived by policy",
+                }
+            ]
         results.append(item)
 
     notifications = [
@@ -190,18 +198,22 @@ def to_dict(
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
-        "runs": [{
-            "tool": {"driver": {
-                "name": "pinguard",
-                "version": __version__,
-                "semanticVersion": __version__,
-                "rules": rules,
-            }},
-            "invocations": [invocation],
-            "columnKind": "unicodeCodePoints",
-            "results": results,
-            "properties": run_props,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "pinguard",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [invocation],
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+                "properties": run_props,
+            }
+        ],
     }
 
 
@@ -218,6 +230,7 @@ def render(
     its lines (computed from ``dockerfile_text``, or from the file itself, when omitted).
     Findings whose step has no line point at their policy file line instead.
     """
-    data = to_dict(result, dockerfile=dockerfile, step_lines=step_lines,
-                   dockerfile_text=dockerfile_text)
+    data = to_dict(
+        result, dockerfile=dockerfile, step_lines=step_lines, dockerfile_text=dockerfile_text
+    )
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

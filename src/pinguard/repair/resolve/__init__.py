@@ -22,7 +22,11 @@ from packaging.utils import NormalizedName, canonicalize_name
 from pinguard.errors import ResolveError
 from pinguard.repair.resolve import pip_tools
 from pinguard.repair.resolve import uv as uv_adapter
-from pinguard.repair.resolve.command import InstallCommand, parse_command_line, parse_install_commands
+from pinguard.repair.resolve.command import (
+    InstallCommand,
+    parse_command_line,
+    parse_install_commands,
+)
 from pinguard.repair.resolve.explain import Explanation, Link, blocks, explain_failure
 from pinguard.repair.resolve.index import (
     IndexFetchError,
@@ -160,9 +164,13 @@ def verify_constraints(
     )
     if result.ok:
         return Verification(
-            True, resolver, tuple(requirements), result.pins, output=result.output,
+            True,
+            resolver,
+            tuple(requirements),
+            result.pins,
+            output=result.output,
             notes=tuple(notes),
-        )  # fmt: skip
+        )
     pins = constraint_map(constraints)
     # A pin on a package the step asks for by name refuses the step by itself (the known-good
     # set holds the version the step means to replace). Say so, then lift that pin to find the
@@ -232,9 +240,15 @@ def verify_constraints(
     override = None
     if resolver == "uv":
         override = _override(
-            requirements, constraints, pins, explanation,
-            index=index, target=target, client=client, limit=max_overrides,
-        )  # fmt: skip
+            requirements,
+            constraints,
+            pins,
+            explanation,
+            index=index,
+            target=target,
+            client=client,
+            limit=max_overrides,
+        )
     return Verification(
         satisfiable=False,
         resolver=resolver,

@@ -20,7 +20,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from pinguard.repair.resolve.index import IndexFetchError, SimpleIndex, TargetEnvironment, pinned_version
+from pinguard.repair.resolve.index import (
+    IndexFetchError,
+    SimpleIndex,
+    TargetEnvironment,
+    pinned_version,
+)
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _SPEC = r"(?:(?:===|==|!=|<=|>=|~=|<|>)[^\s,]+(?:,\s?(?:===|==|!=|<=|>=|~=|<|>)[^\s,]+)*)"
