@@ -1,12 +1,12 @@
 """`pinguard lint DOCKERFILE...`: report pip/uv install steps that let dependencies drift.
 
-Each Dockerfile is parsed (`pinguard.build.dockerfile`) and linted (`pinguard.build.lint`);
-the policy, when one is given with ``--policy`` or found (``pinguard.toml`` /
-``[tool.pinguard]``), supplies the pinned packages for `upgrade-pinned` and
-`no-deps-repin`; ``--require-guard`` turns on `missing-guard`. Exit codes: 0 when no finding
-is at or above ``--fail-on`` (default ``warning``: every lint rule describes a way to ship drift), 1 when one is, 2 when a
-Dockerfile cannot be read or parsed or the command line or policy is wrong (the other files are
-still linted and reported).
+Each Dockerfile is parsed (`pinguard.build.dockerfile`) and linted (`pinguard.build.lint`); the
+policy, when one is given with ``--policy`` or found (``pinguard.toml`` / ``[tool.pinguard]``),
+supplies the pinned packages for `upgrade-pinned` and `no-deps-repin`; ``--require-guard``
+turns on `missing-guard`. Exit codes: 0 when no finding is at or above ``--fail-on`` (default
+``warning``: every lint rule describes a way to ship drift), 1 when one is, 2 when a Dockerfile
+cannot be read or parsed or the command line or policy is wrong (the other files are still
+linted and reported).
 """
 
 from __future__ import annotations
