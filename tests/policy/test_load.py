@@ -22,8 +22,8 @@ from pinguard.policy import (
 )
 from pinguard.policy.locate import locate_lines
 from pinguard.policy.model import CONFIGURABLE_RULES, Origin, Scope
+from tests.infra.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "policies"
 
 FULL = """\

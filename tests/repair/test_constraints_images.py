@@ -30,6 +30,7 @@ from pinguard.repair.resolve import (
 )
 from tests.infra.build import build_image, mounted_image, remove_image
 from tests.infra.index import IndexServer
+from tests.infra.paths import POLICIES
 from tests.infra.scenario import (
     GOOD_STEPS,
     MAIN_WHEELS,
@@ -44,7 +45,7 @@ from tests.infra.tools import require_tool
 
 pytestmark = pytest.mark.integration
 
-GB10 = Path(__file__).parents[1] / "policies" / "glm-serving-gb10.toml"
+GB10 = POLICIES / "glm-serving-gb10.toml"
 NIGHTLY = "flashinfer-python==0.6.18.dev20261120"
 CONSTRAINED_TAG = "localhost/pinguard-test/glm-serving"
 

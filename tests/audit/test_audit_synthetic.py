@@ -16,8 +16,9 @@ from pinguard.audit.diff import diff_environments, unmet_requirements
 from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.models import ChangeKind, Distribution, Environment, Platform
+from tests.infra.paths import AUDIT_SCHEMA
 
-SCHEMA = Path(__file__).parents[1] / "src/pinguard/schemas/audit-v1.schema.json"
+SCHEMA = AUDIT_SCHEMA
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from pinguard.errors import UsageError
 from pinguard.models import Finding, Severity
 from pinguard.repair import constraints as emit
-from tests.resolve.conftest import ENV, bad_result
+from tests.repair.conftest import ENV, bad_result
 
 
 def test_constraints_pin_the_pre_downgrade_versions() -> None:

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.paths import REPO
 from tests.infra.tools import in_ci, require_tool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "pinguard tests",
     "GIT_AUTHOR_EMAIL": "tests@pinguard.invalid",

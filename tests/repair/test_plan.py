@@ -7,7 +7,7 @@ import pytest
 from pinguard.models import ChangeKind
 from pinguard.repair.plan import plan_install
 from pinguard.repair.resolve import IndexOptions, parse_command_line, parse_install_commands
-from tests.resolve.conftest import GOOD, PLATFORM, Indexes
+from tests.repair.conftest import GOOD, PLATFORM, Indexes
 
 
 def test_plan_predicts_the_downgrade(indexes: Indexes) -> None:

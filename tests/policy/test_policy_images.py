@@ -36,13 +36,12 @@ from tests.infra.build import (
     image_labels,
 )
 from tests.infra.index import IndexServer, serve_index
+from tests.infra.paths import REPO, SARIF_SCHEMA
 from tests.infra.tools import require_tool
 from tests.infra.wheels import WheelSpec, build_wheels, wheel_bytes
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).parents[1]
-SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 TAG = "localhost/pinguard-test/policy-rules:latest"
 FINGERPRINT_LABEL = "io.pinguard.test.policy-rules"
 SITE = BASE_SITE_PACKAGES

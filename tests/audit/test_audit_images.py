@@ -16,11 +16,12 @@ from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult, ChangeKind
 from pinguard.sources.interface import SourceOptions
+from tests.infra.paths import AUDIT_SCHEMA
 from tests.infra.scenario import Scenario
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = Path(__file__).parents[1] / "src/pinguard/schemas/audit-v1.schema.json"
+SCHEMA = AUDIT_SCHEMA
 TRANSPORTS = (
     "bad_image_oci",
     "bad_image_oci_zstd",
