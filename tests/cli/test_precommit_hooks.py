@@ -11,6 +11,7 @@ the first step needs an index, and the runs are offline and quick.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -67,9 +68,7 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        import pre_commit  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pre_commit") is None:
         if in_ci():
             pytest.fail("pre-commit is not installed (pip install -e '.[test]')")
         pytest.skip("pre-commit is not installed")

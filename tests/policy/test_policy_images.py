@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -41,6 +41,8 @@ from tests.infra.tools import require_tool
 from tests.infra.wheels import WheelSpec, build_wheels, wheel_bytes
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 TAG = "localhost/pinguard-test/policy-rules:latest"
 FINGERPRINT_LABEL = "io.pinguard.test.policy-rules"
@@ -289,7 +291,7 @@ def keys(run: Audit, *rules: str) -> set[tuple[str, str, str]]:
     }
 
 
-def only(found: list[dict[str, Any]]) -> dict[str, Any]:
+def only(found: list[T]) -> T:
     assert len(found) == 1, found
     return found[0]
 

@@ -376,8 +376,8 @@ def test_uv_pyproject_keeps_comments_and_round_trips(
     doc = tomlkit.parse(new)
     assert tomlkit.dumps(doc) == new
     pins = [f"{n}=={v}" for n, v in emitted.pins().items()]
-    assert doc["tool"]["uv"]["constraint-dependencies"] == pins  # type: ignore[index]
-    assert doc["tool"]["uv"]["index-strategy"] == "unsafe-best-match"  # type: ignore[index]
+    assert doc["tool"]["uv"]["constraint-dependencies"] == pins
+    assert doc["tool"]["uv"]["index-strategy"] == "unsafe-best-match"
     assert "# pinguard: known-good set of" in new
 
     assert cli(*argv)[0] == 0
@@ -385,7 +385,7 @@ def test_uv_pyproject_keeps_comments_and_round_trips(
 
     assert cli(*argv, "--override")[0] == 0
     over = tomlkit.parse(pyproject.read_text())
-    assert over["tool"]["uv"]["override-dependencies"] == pins  # type: ignore[index]
+    assert over["tool"]["uv"]["override-dependencies"] == pins
     assert cli("constraints", "check", str(pyproject), "--policy", str(GB10)) == (0, "")
 
 

@@ -94,12 +94,13 @@ def test_dockerfile_step_lines_align_history_with_the_last_stage() -> None:
 @pytest.mark.parametrize("with_dockerfile", [True, False], ids=["dockerfile", "policy-lines"])
 def test_sarif_is_valid_and_points_at_the_right_line(with_dockerfile: bool) -> None:
     """Valid SARIF 2.1.0; results point at the Dockerfile step line, else at the policy line."""
-    kwargs = (
-        {"dockerfile": "docker/Dockerfile", "dockerfile_text": DOCKERFILE}
-        if with_dockerfile
-        else {}
+    log = json.loads(
+        sarif.render(
+            audited(incomplete=True),
+            dockerfile="docker/Dockerfile" if with_dockerfile else None,
+            dockerfile_text=DOCKERFILE if with_dockerfile else None,
+        )
     )
-    log = json.loads(sarif.render(audited(incomplete=True), **kwargs))
     jsonschema.Draft7Validator.check_schema(SCHEMA)
     jsonschema.Draft7Validator(SCHEMA).validate(log)
     run = log["runs"][0]
