@@ -42,6 +42,7 @@ from pinguard.sources.registry import (
     RegistrySource,
     parse_www_authenticate,
 )
+from pinguard.target import platform_matches
 from tests.infra.registry import (
     DEFAULT_PASSWORD,
     DEFAULT_USER,

@@ -38,15 +38,9 @@ from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, Sou
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
-from pinguard.sources.manifest import (
-    default_platform as host_platform,
-)
-from pinguard.sources.manifest import (
-    descriptor_platform,
-    platform_from_config,
-    platform_matches,
-)
+from pinguard.sources.manifest import descriptor_platform, platform_from_config
 from pinguard.sources.reference import DockerReference, parse_reference
+from pinguard.target import host_platform, platform_matches
 
 log = logging.getLogger(__name__)
 
