@@ -88,7 +88,10 @@ def mutmut_section(target: Target) -> str:
         f"only_mutate = {toml_list([target.module])}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(target.tests)}\n"
         'pytest_add_cli_args = ["-m", "not integration", "-p", "no:cacheprovider", "-x"]\n'
+        'also_copy = ["examples/"]\n'  # tests still import the demo image writer
         "use_git_change_detection = false\n"
+        # a mutant that loops (a chunk reader that never advances) should cost seconds
+        "timeout_multiplier = 4.0\n"
     )
 
 
