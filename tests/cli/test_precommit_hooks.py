@@ -11,8 +11,6 @@ the first step needs an index, and the runs are offline and quick.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
 import subprocess
 import sys
@@ -21,16 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.paths import REPO
-from tests.infra.tools import in_ci, require_tool
+from tests.infra.precommit import clone_checkout, git, require_pre_commit, run_pre_commit
 
-ROOT = REPO
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "pinguard tests",
-    "GIT_AUTHOR_EMAIL": "tests@pinguard.invalid",
-    "GIT_COMMITTER_NAME": "pinguard tests",
-    "GIT_COMMITTER_EMAIL": "tests@pinguard.invalid",
-}
 BAD = (
     "FROM python:3.11-slim\n"
     "RUN pip install --upgrade pip\n"
@@ -45,33 +35,15 @@ GOOD = (
 )
 
 
-def git(cwd: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, input=stdin, check=True, capture_output=True
-    ).stdout
-
-
 @pytest.fixture(scope="module")
 def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clone of this repository at HEAD plus the uncommitted changes to tracked files."""
-    require_tool("git")
-    assert (ROOT / ".git").exists(), "the pre-commit hooks are tested from a git checkout"
-    clone = tmp_path_factory.mktemp("hooks") / "pinguard"
-    git(ROOT, "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone))
-    diff = git(ROOT, "diff", "HEAD", "--binary")
-    if diff.strip():
-        git(clone, "apply", "--whitespace=nowarn", "-", stdin=diff)
-        git(clone, "commit", "--quiet", "-am", "uncommitted changes under test")
-    return clone
+    return clone_checkout(tmp_path_factory.mktemp("hooks") / "pinguard")
 
 
 @pytest.fixture(scope="module")
 def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if importlib.util.find_spec("pre_commit") is None:
-        if in_ci():
-            pytest.fail("pre-commit is not installed (pip install -e '.[test]')")
-        pytest.skip("pre-commit is not installed")
+    require_pre_commit()
     return tmp_path_factory.mktemp("pre-commit-home")
 
 
@@ -112,23 +84,9 @@ def project(tmp_path: Path) -> Iterator[Path]:
 def try_repo(
     project: Path, hook_repo: Path, home: Path, wheels: Path, hook: str
 ) -> subprocess.CompletedProcess[str]:
-    git(project, "add", "-A")
-    env = {
-        **os.environ,
-        **GIT_ENV,
-        "PRE_COMMIT_HOME": str(home),
-        "PRE_COMMIT_COLOR": "never",
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(wheels),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), hook, "--all-files"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    return run_pre_commit(
+        project, home, "try-repo", str(hook_repo), hook, "--all-files", env=offline
     )
 
 

@@ -1,0 +1,351 @@
+"""``pinguard.audit.diff`` against hand-written expectations and against ``pip check``.
+
+The cause-chain cases carry decoys beside the real cause (a requirer that admits the old
+version too, one without a specifier, one whose marker is false, one that excludes the old
+version but did not change in the step), so a chain that names the wrong package fails. The
+unmet requirements of one environment are compared with what ``pip check`` (pip's own
+reader and its vendored ``packaging``) reports for the same distributions written as
+``.dist-info`` directories, and with a hand-written list.
+"""
+
+from __future__ import annotations
+
+import platform as host
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pip
+from packaging.markers import default_environment
+from packaging.utils import canonicalize_name
+
+from pinguard.audit.diff import diff_environments, marker_environment, unmet_requirements
+from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+def dist(name: str, version: str, *requires: str, fingerprint: str = "") -> Distribution:
+    canon = canonicalize_name(name)
+    return Distribution(
+        name=canon,
+        raw_version=version,
+        metadata_path=f"{SITE}/{canon.replace('-', '_')}-{version}.dist-info",
+        requires_dist=requires,
+        fingerprint=fingerprint or f"{canon}-{version}",
+        display_name=name,
+    )
+
+
+def env(*dists: Distribution, python: str | None = "3.11.2") -> Environment:
+    return Environment(SITE, python, dists)
+
+
+def by_name(changes: tuple[Change, ...]) -> dict[str, Change]:
+    return {c.name: c for c in changes}
+
+
+def causes(change: Change) -> list[tuple[str, str, str]]:
+    return [(c.package, c.version, c.requirement) for c in change.causes]
+
+
+# --------------------------------------------------------------------------- marker values
+
+
+def test_python_version_is_major_minor_and_full_version_is_kept() -> None:
+    """python_version is "3.11" on 3.11.2 (PEP 508); python_full_version keeps the patch."""
+    values = marker_environment("3.11.2", Platform("linux", "arm64"))
+    assert values["python_version"] == "3.11"
+    assert values["python_full_version"] == "3.11.2"
+    assert values["implementation_version"] == "3.11.2"
+    assert values["implementation_name"] == "cpython"
+    assert values["platform_machine"] == "aarch64"
+    assert values["sys_platform"] == "linux"
+    assert values["platform_system"] == "Linux"
+    assert values["os_name"] == "posix"
+    assert values["extra"] == ""
+    short = marker_environment("3.12", Platform("windows", "amd64"))
+    assert (short["python_version"], short["python_full_version"]) == ("3.12", "3.12.0")
+    assert (short["sys_platform"], short["os_name"], short["platform_system"]) == (
+        "win32",
+        "nt",
+        "Windows",
+    )
+    assert short["platform_machine"] == "x86_64"
+
+
+def test_marker_values_match_the_running_interpreter() -> None:
+    """For this interpreter and platform, the values are the ones packaging reads from it."""
+    real = default_environment()
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(host.machine(), host.machine())
+    values = marker_environment(host.python_version(), Platform("linux", machine))
+    for key in ("python_version", "python_full_version", "platform_machine", "sys_platform"):
+        assert values[key] == real[key], key
+    unknown = marker_environment(None, None)
+    assert unknown["python_version"] == real["python_version"]
+    assert unknown["platform_machine"] == real["platform_machine"]
+
+
+def test_python_version_marker_on_a_patch_release() -> None:
+    """On 3.11.2, `python_version == "3.11"` applies; `python_version == "3.11.2"` does not."""
+    app = dist(
+        "app",
+        "1.0",
+        "only-311>=2; python_version == '3.11'",
+        "never>=2; python_version == '3.11.2'",
+        "full-only; python_full_version == '3.11.2'",
+        "old-py>=2; python_version < '3.10'",
+    )
+    unmet = unmet_requirements(
+        env(app, dist("only-311", "1.0"), dist("never", "1.0"), dist("old-py", "1.0")), None
+    )
+    assert [(u.requirement, u.installed) for u in unmet] == [
+        ('full-only; python_full_version == "3.11.2"', None),
+        ('only-311>=2; python_version == "3.11"', "1.0"),
+    ]
+
+
+# --------------------------------------------------------------------------- unmet vs pip check
+
+# (name, version, requires) written as .dist-info for pip and as Distributions for pinguard
+PIP_CASE: list[tuple[str, str, tuple[str, ...]]] = [
+    (
+        "app",
+        "1.0",
+        (
+            "nightly-a>=2.0",  # 2.0rc1 is below 2.0: unmet
+            "nightly-b>=1.0",  # 1.1.dev3 is above 1.0: met, pre-releases count
+            "rc-pin<2.0",  # 2.0rc1 is excluded by <2.0 (PEP 440): unmet
+            "local-pin==1.0",  # 1.0+cu130 matches ==1.0: met
+            "extra-dep>=2; extra == 'test'",  # extras are never requested: inactive
+            "docs-dep; extra == 'docs'",  # idem, not installed
+            "win-dep; sys_platform == 'win32'",  # not this platform
+            "missing-dep",  # not installed: unmet
+            "py-dep>=5; python_version >= '3.8'",  # applies, 1.0 installed: unmet
+            "Under.Score>=1",  # name normalisation: under-score 1.0 meets it
+            "any-dep",  # no specifier: met by any version
+        ),
+    ),
+    ("nightly-a", "2.0rc1", ()),
+    ("nightly-b", "1.1.dev3", ()),
+    ("rc-pin", "2.0rc1", ()),
+    ("local-pin", "1.0+cu130", ()),
+    ("extra-dep", "1.0", ()),
+    ("py-dep", "1.0", ()),
+    ("under-score", "1.0", ()),
+    ("any-dep", "0.0.1", ("app>=1",)),
+]
+PIP_EXPECTED = {  # (requirer, required name), written by hand
+    ("app", "nightly-a"),
+    ("app", "rc-pin"),
+    ("app", "missing-dep"),
+    ("app", "py-dep"),
+}
+
+
+def pip_check(site: Path) -> set[tuple[str, str]]:
+    """(requirer, required name) for every line of ``pip check`` run on ``site`` alone."""
+    pip_home = str(Path(pip.__file__).resolve().parents[1])
+    code = (
+        "import sys\n"
+        "keep = [p for p in sys.path if 'site-packages' not in p]\n"
+        f"sys.path[:] = [{str(site)!r}, {pip_home!r}, *keep]\n"
+        "from pip._internal.cli.main import main\n"
+        "sys.exit(main(['check']))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False
+    )
+    found: set[tuple[str, str]] = set()
+    for line in run.stdout.splitlines():
+        m = re.match(r"(\S+) \S+ (?:requires|has requirement) ([A-Za-z0-9._-]+)", line)
+        if m and canonicalize_name(m.group(1)) in {"app", "any-dep"}:
+            found.add((canonicalize_name(m.group(1)), canonicalize_name(m.group(2))))
+    assert run.returncode == (1 if found else 0), run.stdout + run.stderr
+    return found
+
+
+def test_unmet_requirements_agree_with_pip_check(tmp_path: Path) -> None:
+    """Pre-releases, local labels, extras, markers and names are judged as pip check does."""
+    site = tmp_path / "site-packages"
+    for name, version, requires in PIP_CASE:
+        meta = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        meta.mkdir(parents=True)
+        lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+        lines += [f"Requires-Dist: {r}" for r in requires]
+        (meta / "METADATA").write_text("\n".join(lines) + "\n")
+    assert pip_check(site) == PIP_EXPECTED
+    ours = env(*(dist(n, v, *r) for n, v, r in PIP_CASE), python=host.python_version())
+    got = {
+        (u.package, canonicalize_name(re.split(r"[<>=!~; ]", u.requirement)[0]))
+        for u in unmet_requirements(ours, None)
+    }
+    assert got == PIP_EXPECTED
+
+
+def test_unmet_records_requirer_version_and_installed() -> None:
+    """An unmet entry names the requirer, its version, the requirement and what is installed."""
+    (u,) = unmet_requirements(env(dist("app", "1.0", "lib >=2"), dist("lib", "1.5")), None)
+    assert (u.environment, u.package, u.version, u.requirement, u.installed) == (
+        SITE,
+        "app",
+        "1.0",
+        "lib>=2",
+        "1.5",
+    )
+
+
+def test_non_pep440_version_meets_only_an_exact_pin() -> None:
+    """A version packaging cannot parse meets a requirement only by naming it exactly."""
+    weird = dist("weird", "2024-custom")
+    assert unmet_requirements(env(dist("a", "1", "weird===2024-custom"), weird), None) == ()
+    (u,) = unmet_requirements(env(dist("a", "1", "weird>=1"), weird), None)
+    assert u.installed == "2024-custom"
+
+
+def test_only_newly_unmet_requirements_are_reported_per_step() -> None:
+    """A requirement unmet before the step is not reported again; a new one is."""
+    before = env(dist("app", "1.0", "lib>=2", "other>=2"), dist("lib", "1.0"), dist("other", "2.0"))
+    after = env(dist("app", "1.0", "lib>=2", "other>=2"), dist("lib", "1.0"), dist("other", "1.0"))
+    _, unmet = diff_environments(before, after, platform=None)
+    assert [(u.package, u.requirement, u.installed) for u in unmet] == [("app", "other>=2", "1.0")]
+
+
+# --------------------------------------------------------------------------- cause chains
+
+
+def test_cause_chain_names_the_requirer_that_moved_it_not_the_decoys() -> None:
+    """NCCL went back because torch now pins it, and torch moved because flashinfer wants it."""
+    before = env(
+        dist("nvidia-nccl-cu13", "2.30.3"),
+        dist("torch", "2.11.0", "nvidia-nccl-cu13==2.30.3"),
+        dist("aaa-pinner", "1.0", "nvidia-nccl-cu13<2.30"),
+        dist("vllm", "0.11.0", "nvidia-nccl-cu13", "torch"),
+    )
+    after = env(
+        dist("nvidia-nccl-cu13", "2.29.7"),
+        dist("torch", "2.12.1+cu130", "nvidia-nccl-cu13 ==2.29.7; platform_machine == 'aarch64'"),
+        dist("flashinfer-python", "0.6.18.dev20261120", "torch>=2.12"),
+        # decoys: excludes the old version but unchanged; admits the old version too; no
+        # specifier; a false marker
+        dist("aaa-pinner", "1.0", "nvidia-nccl-cu13<2.30"),
+        dist("broad", "1.0", "nvidia-nccl-cu13>=2.0"),
+        dist("vllm", "0.11.0", "nvidia-nccl-cu13", "torch"),
+        dist("win-tool", "1.0", "nvidia-nccl-cu13==2.29.7; sys_platform == 'win32'"),
+    )
+    changes, _ = diff_environments(before, after, platform=Platform("linux", "arm64"))
+    got = by_name(changes)
+    assert got["nvidia-nccl-cu13"].kind is ChangeKind.DOWNGRADED
+    assert causes(got["nvidia-nccl-cu13"]) == [
+        ("torch", "2.12.1+cu130", 'nvidia-nccl-cu13==2.29.7; platform_machine == "aarch64"'),
+        ("flashinfer-python", "0.6.18.dev20261120", "torch>=2.12"),
+    ]
+    assert causes(got["torch"]) == [("flashinfer-python", "0.6.18.dev20261120", "torch>=2.12")]
+    assert got["flashinfer-python"].kind is ChangeKind.ADDED
+    assert causes(got["flashinfer-python"]) == []  # nothing installed requires it
+    assert sorted(got) == [  # aaa-pinner and vllm did not change
+        "broad",
+        "flashinfer-python",
+        "nvidia-nccl-cu13",
+        "torch",
+        "win-tool",
+    ]
+
+
+def test_unchanged_requirer_is_the_cause_when_nothing_else_explains_it() -> None:
+    """With no changed requirer, the unchanged one that excludes the old version is named."""
+    before = env(dist("lib", "2.0"), dist("pinner", "1.0", "lib<3"))
+    after = env(dist("lib", "1.0"), dist("pinner", "1.0", "lib<2"), dist("zed", "1", "lib"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert causes(got["lib"]) == [("pinner", "1.0", "lib<2")]
+
+
+def test_chain_on_arm64_only_follows_requirements_for_that_platform() -> None:
+    """The same image read as amd64 has no cause: the pin's marker is false there."""
+    before = env(dist("nccl", "2.30"), dist("torch", "2.11", "nccl==2.30"))
+    after = env(
+        dist("nccl", "2.29"), dist("torch", "2.12", "nccl==2.29; platform_machine=='aarch64'")
+    )
+    arm = by_name(diff_environments(before, after, platform=Platform("linux", "arm64"))[0])
+    amd = by_name(diff_environments(before, after, platform=Platform("linux", "amd64"))[0])
+    assert [c.package for c in arm["nccl"].causes] == ["torch"]
+    assert amd["nccl"].causes == ()
+
+
+def test_added_distributions_have_causes() -> None:
+    """A distribution added by a step names what requires it; a false marker does not count."""
+    before = env(dist("torch", "2.11.0"))
+    after = env(
+        dist("torch", "2.11.0"),
+        dist("flashinfer-python", "0.6.17", "apache-tvm-ffi>=0.1", "torch"),
+        dist("apache-tvm-ffi", "0.1.4"),
+        dist("a-win-tool", "1.0", "apache-tvm-ffi>=0.1; sys_platform == 'win32'"),
+    )
+    got = by_name(diff_environments(before, after, platform=Platform("linux", "amd64"))[0])
+    assert got["apache-tvm-ffi"].kind is ChangeKind.ADDED
+    assert got["apache-tvm-ffi"].causes == (
+        Cause(canonicalize_name("flashinfer-python"), "0.6.17", "apache-tvm-ffi>=0.1"),
+    )
+    assert (got["apache-tvm-ffi"].before, got["apache-tvm-ffi"].after) == (None, "0.1.4")
+
+
+def test_an_added_requirer_without_a_specifier_causes_an_addition() -> None:
+    """`Requires-Dist: lib` with no version still explains why lib was added."""
+    after = env(dist("app", "1.0", "lib"), dist("lib", "3.0"))
+    got = by_name(diff_environments(env(), after, platform=None)[0])
+    assert causes(got["lib"]) == [("app", "1.0", "lib")]
+    assert causes(got["app"]) == []
+
+
+def test_removed_and_reinstalled_have_no_causes() -> None:
+    """Only additions and version moves get causes."""
+    before = env(
+        dist("gone", "1.0"), dist("same", "1.0", fingerprint="a"), dist("app", "1", "same==1.0")
+    )
+    after = env(dist("same", "1.0", fingerprint="b"), dist("app", "1", "same==1.0", "gone"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert (got["gone"].kind, got["gone"].causes, got["gone"].after) == (
+        ChangeKind.REMOVED,
+        (),
+        None,
+    )
+    assert (got["same"].kind, got["same"].causes) == (ChangeKind.REINSTALLED, ())
+    assert "app" not in got
+
+
+def test_cycle_of_requirers_ends() -> None:
+    """a and b both moved, each requiring the other's new version: the chain stops at a repeat."""
+    before = env(dist("a", "1.0", "b==1.0"), dist("b", "1.0", "a==1.0"))
+    after = env(dist("a", "2.0", "b==2.0"), dist("b", "2.0", "a==2.0"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert causes(got["a"]) == [("b", "2.0", "a==2.0"), ("a", "2.0", "b==2.0")]
+    assert causes(got["b"]) == [("a", "2.0", "b==2.0"), ("b", "2.0", "a==2.0")]
+
+
+def test_a_long_chain_is_capped() -> None:
+    """Each link is followed to the end of a ten-step chain, but at most eight are kept."""
+    names = [f"p{i}" for i in range(10)]
+    before = env(
+        *(dist(n, "1.0", *([f"{names[i - 1]}==1.0"] if i else [])) for i, n in enumerate(names))
+    )
+    after = env(
+        *(dist(n, "2.0", *([f"{names[i - 1]}==2.0"] if i else [])) for i, n in enumerate(names))
+    )
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert [c.package for c in got["p0"].causes] == names[1:9]
+
+
+def test_changes_carry_environment_and_versions_and_are_sorted() -> None:
+    """Changes are sorted by name and carry the environment path and raw versions."""
+    before = env(dist("b", "1.0"), dist("a", "1.0+cpu"))
+    after = env(dist("c", "1.0"), dist("a", "1.0+cu130"), dist("b", "0.9"))
+    changes, _ = diff_environments(before, after, platform=None)
+    assert [(c.environment, c.name, c.kind, c.before, c.after) for c in changes] == [
+        (SITE, "a", ChangeKind.UPGRADED, "1.0+cpu", "1.0+cu130"),
+        (SITE, "b", ChangeKind.DOWNGRADED, "1.0", "0.9"),
+        (SITE, "c", ChangeKind.ADDED, None, "1.0"),
+    ]
+    gone, _ = diff_environments(before, None, platform=None)
+    assert [(c.environment, c.kind) for c in gone] == [(SITE, ChangeKind.REMOVED)] * 2
+    assert diff_environments(None, None, platform=None) == ((), ())
