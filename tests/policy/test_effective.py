@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from pinguard.models import Platform
 from pinguard.policy import load_policy, parse_policy
@@ -75,3 +76,12 @@ def test_unknown_platform_matches_every_platform_scope_and_targets_switch_entrie
 def test_the_default_policy_asks_for_nothing() -> None:
     """No files: no pins, nothing forbidden, no guard, no policy file."""
     assert effective_policy(load_policy()) == EffectivePolicy()
+
+
+def test_a_forbidden_range_forbids_its_package_at_versions_in_it() -> None:
+    """Names compare canonicalized; pre-releases inside the range count."""
+    bad = ForbiddenRange(canonicalize_name("triton"), SpecifierSet("<3.5"), "no sm_121 kernels")
+    assert bad.forbids("Triton", Version("3.4.0"))
+    assert bad.forbids("triton", Version("3.4.0rc1"))
+    assert not bad.forbids("triton", Version("3.5.0"))
+    assert not bad.forbids("torch", Version("3.4.0"))

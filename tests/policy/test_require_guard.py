@@ -31,6 +31,19 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "root"
 
 
+# (Dockerfile, policy, exit code, rules reported): the same for lint and gate
+CASES = pytest.mark.parametrize(
+    ("dockerfile", "policy", "code", "rules"),
+    [
+        (UNGUARDED, "require_guard = true\n", 1, ["missing-guard"]),
+        (GUARDED, "require_guard = true\n", 0, []),
+        (UNGUARDED, "require_guard = false\n", 0, []),
+        (UNGUARDED, "", 0, []),
+    ],
+    ids=["unguarded", "guarded", "key-false", "key-absent"],
+)
+
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text)
@@ -101,30 +114,12 @@ def test_a_wrong_type_is_a_config_error_with_file_and_line(tmp_path: Path) -> No
     )
 
 
-@pytest.mark.parametrize(
-    ("dockerfile", "policy", "code", "rules"),
-    [
-        (UNGUARDED, "require_guard = true\n", 1, ["missing-guard"]),
-        (GUARDED, "require_guard = true\n", 0, []),
-        (UNGUARDED, "require_guard = false\n", 0, []),
-        (UNGUARDED, "", 0, []),
-    ],
-    ids=["unguarded", "guarded", "key-false", "key-absent"],
-)
+@CASES
 def test_lint(tmp_path: Path, dockerfile: str, policy: str, code: int, rules: list[str]) -> None:
     assert lint_rules(tmp_path, dockerfile, policy) == (code, rules)
 
 
-@pytest.mark.parametrize(
-    ("dockerfile", "policy", "code", "rules"),
-    [
-        (UNGUARDED, "require_guard = true\n", 1, ["missing-guard"]),
-        (GUARDED, "require_guard = true\n", 0, []),
-        (UNGUARDED, "require_guard = false\n", 0, []),
-        (UNGUARDED, "", 0, []),
-    ],
-    ids=["unguarded", "guarded", "key-false", "key-absent"],
-)
+@CASES
 def test_gate(
     tmp_path: Path, root: Path, dockerfile: str, policy: str, code: int, rules: list[str]
 ) -> None:

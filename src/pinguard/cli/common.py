@@ -1,4 +1,5 @@
-"""Options and wiring shared by the commands that read an image (audit, constraints, plan, gate)."""
+"""Options and wiring shared by the subcommands: image, index, policy and build-arg options,
+running an audit with progress bars, loading and applying the policy, the exit code."""
 
 from __future__ import annotations
 

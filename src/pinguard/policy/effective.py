@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
-from packaging.utils import NormalizedName
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
 
 from pinguard.models import Platform
 from pinguard.policy.model import Policy
@@ -29,6 +30,12 @@ class ForbiddenRange:
     package: NormalizedName
     specifier: SpecifierSet
     reason: str
+
+    def forbids(self, package: str, version: Version) -> bool:
+        """Whether ``package`` at ``version`` falls in this range (pre-releases included)."""
+        if canonicalize_name(package) != self.package:
+            return False
+        return self.specifier.contains(version, prereleases=True)
 
 
 @dataclass(frozen=True, slots=True)

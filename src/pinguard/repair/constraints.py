@@ -393,9 +393,7 @@ def check_constraints(
                 except InvalidVersion:
                     exact = None
         for bad in forbidden:
-            if canonicalize_name(bad.package) != pkg:
-                continue
-            if exact is not None and bad.specifier.contains(exact, prereleases=True):
+            if exact is not None and bad.forbids(pkg, exact):
                 problems.append(
                     CheckProblem(name, number, line, f"{pkg} {exact} is forbidden: {bad.reason}")
                 )
