@@ -138,7 +138,8 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
             if not command.requirements:
                 continue
             index = given.merged(command.index)
-            if command.tool == "pip" and index.extra_index_urls and not index.index_strategy:
+            pip = command.command.tool == "pip"
+            if pip and index.extra_index_urls and not index.index_strategy:
                 index = dataclasses.replace(index, index_strategy="unsafe-best-match")
             v = verify_constraints(
                 list(command.requirements),
