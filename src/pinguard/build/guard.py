@@ -30,7 +30,13 @@ from typing import Any
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.pipeline import audit_directory
 from pinguard.build.pipcli import is_guard_call
-from pinguard.build.shell import LIST_SEPARATORS, SimpleCommand, simple_commands, tokenize
+from pinguard.build.shell import (
+    LIST_SEPARATORS,
+    SHELLS,
+    SimpleCommand,
+    simple_commands,
+    tokenize,
+)
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (
@@ -300,7 +306,7 @@ def parent_command(pid: int | None = None) -> str | None:
         return None
     argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     for i, arg in enumerate(argv[:-1]):
-        if arg == "-c" and os.path.basename(argv[0]) in {"sh", "bash", "dash", "ash"}:
+        if arg == "-c" and os.path.basename(argv[0]) in SHELLS:
             return argv[i + 1]
     return None
 

@@ -43,7 +43,7 @@ from pinguard.build.pipcli import (
     read_install,
     strip_wrappers,
 )
-from pinguard.build.shell import simple_commands, tokenize
+from pinguard.build.shell import SHELLS, simple_commands, tokenize
 from pinguard.models import Finding, Severity
 
 __all__ = [
@@ -95,8 +95,6 @@ DEFAULT_NIGHTLY_PATTERNS: tuple[str, ...] = (
 
 # Installing only these needs no constraints: they have no dependencies of their own.
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "uv"})
-
-SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
 
 
 @dataclass(frozen=True, slots=True)

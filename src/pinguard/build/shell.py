@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+#: Programs that run a shell script (``sh -c SCRIPT``, ``bash <<EOF``).
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
 #: Longest first, so ``&&`` is read before ``&``.
 OPERATORS = (
     "&&",
