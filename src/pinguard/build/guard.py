@@ -52,7 +52,7 @@ from pinguard.models import (
     Unmet,
 )
 from pinguard.policy.model import Policy
-from pinguard.target import host_platform
+from pinguard.target import host_platform, parse_requirement
 
 STATE_SCHEMA = "pinguard/guard-state/v1"
 DEFAULT_STATE = "/var/lib/pinguard/state.json"
@@ -125,7 +125,6 @@ def _closure(site: Path, start: str) -> tuple[set[str], set[str]]:
     """(names reachable from ``start`` through Requires-Dist, every name) in the site dir."""
     from importlib.metadata import distributions
 
-    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
     requires: dict[str, list[str]] = {}
@@ -135,9 +134,8 @@ def _closure(site: Path, start: str) -> tuple[set[str], set[str]]:
             continue
         deps: list[str] = []
         for text in dist.requires or ():
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
+            req = parse_requirement(text)
+            if req is None:
                 continue
             if req.marker is not None and "extra" in str(req.marker):
                 continue  # an optional extra: not needed to run pinguard

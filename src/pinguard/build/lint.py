@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (
     InvalidSdistFilename,
@@ -45,6 +45,7 @@ from pinguard.build.pipcli import (
 )
 from pinguard.build.shell import SHELLS, simple_commands, tokenize
 from pinguard.models import Finding, Severity
+from pinguard.target import parse_requirement
 
 __all__ = [
     "DEFAULT_NIGHTLY_PATTERNS",
@@ -268,9 +269,8 @@ class _Target:
 
 
 def _target(text: str) -> _Target:
-    try:
-        req = Requirement(text)
-    except InvalidRequirement:
+    req = parse_requirement(text)
+    if req is None:
         base = basename(text)
         try:
             if base.endswith(".whl"):

@@ -15,12 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from pinguard.build.history import command_text
 from pinguard.build.pipcli import InstallCommand, read_install
 from pinguard.build.shell import split_commands
 from pinguard.repair.resolve.uv import IndexOptions
+from pinguard.target import parse_requirement
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +48,7 @@ def replay(command: InstallCommand) -> InstallReplay:
     skipped += [f"-e {e}" for e in command.editables]
     reqs: list[str] = []
     for word in command.positional:
-        try:
-            if "$" in word:
-                raise InvalidRequirement(word)
-            Requirement(word)
-        except InvalidRequirement:
+        if "$" in word or parse_requirement(word) is None:
             skipped.append(word)
         else:
             reqs.append(word)
