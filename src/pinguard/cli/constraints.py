@@ -118,7 +118,7 @@ def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out
         for command in parse_install_commands(step.created_by):
             if not command.requirements:
                 continue
-            index = given.merged(command.index).for_tool(command.tool)
+            index = given.merged(command.index).for_tool(command.command.tool)
             v = verify_constraints(
                 list(command.requirements),
                 lines,

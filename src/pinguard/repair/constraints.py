@@ -16,7 +16,6 @@ Outputs are sorted and carry no timestamps, so two runs give identical bytes.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from pinguard.build.history import strip_build_args
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (
@@ -41,7 +41,6 @@ from pinguard.models import (
 )
 from pinguard.policy.effective import ForbiddenRange
 
-_ARGS_PREFIX = re.compile(r"^\|\d+ (?:\S+=\S* )*")
 UV_KEYS = {False: "constraint-dependencies", True: "override-dependencies"}
 
 
@@ -241,7 +240,7 @@ def build_constraints(
 
 def _short(command: str, width: int = 90) -> str:
     # Without buildah/docker's "|N ARG=value ..." prefix: the build args would fill the line.
-    text = _ARGS_PREFIX.sub("", " ".join(command.split()), count=1)
+    text = strip_build_args(command)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

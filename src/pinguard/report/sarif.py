@@ -1,31 +1,32 @@
 """SARIF 2.1.0: the one builder of the SARIF logs of ``audit``, ``lint`` and ``gate``.
 
 Every log has one run of one tool whose driver lists its rules (sorted, so ``ruleIndex`` is
-stable): the policy catalogue for ``audit``, the lint rules for ``lint`` (driver
-``pinguard-lint``), both for ``gate``. Severities map to SARIF levels once, in ``LEVEL``
-(info is ``note``). An image finding becomes a result with a stable partial fingerprint, its
-package, environment, step and versions as properties and, when waived, an accepted external
-suppression carrying the waiver's reason; it points at the Dockerfile line of the step that
-caused it when a Dockerfile and a step-to-line mapping are known (``dockerfile_step_lines``
-builds that mapping by aligning the image history with the Dockerfile's last stage), and
-otherwise at the policy file line that produced it. A lint finding points at its command's
-lines. Things that could not be read become error notifications on the invocation, which is
-then marked unsuccessful. Apart from reading the Dockerfile when only its path is given, the
-builders are pure functions with sorted, deterministic output.
+stable): the policy catalogue for ``audit``, the lint rules for ``lint`` (driver ``pinguard-
+lint``), both for ``gate``. Severities map to SARIF levels once, in ``LEVEL`` (info is
+``note``). An image finding becomes a result with a stable partial fingerprint, its package,
+environment, step and versions as properties and, when waived, an accepted external suppression
+carrying the waiver's reason; it points at the Dockerfile line of the step that caused it when
+a Dockerfile and a step-to-line mapping are known
+(`pinguard.build.history.dockerfile_step_lines` builds that mapping by aligning the image
+history with the Dockerfile's last stage), and otherwise at the policy file line that produced
+it. A lint finding points at its command's lines. Things that could not be read become error
+notifications on the invocation, which is then marked unsuccessful. Apart from reading the
+Dockerfile when only its path is given, the builders are pure functions with sorted,
+deterministic output.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from pinguard import __version__
-from pinguard.models import AuditResult, Finding, Severity, Step
+from pinguard.build.history import dockerfile_step_lines
+from pinguard.models import AuditResult, Finding, Severity
 from pinguard.policy.model import RULES
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
@@ -43,7 +44,6 @@ LEVEL: Mapping[Severity, str] = {
     Severity.WARNING: "warning",
     Severity.INFO: "note",
 }
-_PREFIX = re.compile(r"^(?:RUN\s+)?(?:\|\d+\s+(?:\S+=\S*\s+)*)?(?:/bin/(?:ba)?sh\s+-c\s+)?")
 
 
 def artifact_uri(path: str) -> str:
@@ -52,61 +52,6 @@ def artifact_uri(path: str) -> str:
     if p.is_absolute():
         return p.as_uri()
     return quote(str(PurePosixPath(*p.parts)), safe="/")
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.replace("\\\n", " ").split())
-
-
-def _history_text(created_by: str) -> str:
-    text = created_by.strip().removesuffix("# buildkit").strip()
-    text = text.replace("#(nop)", "").strip()
-    text = _PREFIX.sub("", text, count=1)
-    # buildah and docker write "/bin/sh -c #(nop) COPY ..." for non-RUN steps
-    return _norm(_PREFIX.sub("", text, count=1))
-
-
-def dockerfile_step_lines(
-    text: str, steps: Sequence[Step], path: str = "Dockerfile"
-) -> dict[int, int]:
-    """Map step indexes to the first line of the Dockerfile instruction that made them.
-
-    Steps are aligned from the end with the instructions of the last stage: a RUN step
-    matches a RUN instruction with the same command (whitespace-insensitive, or one
-    containing the other), any other step an instruction with the keyword its history entry
-    names. Steps that match nothing (base-image steps, mostly) are left out. A Dockerfile
-    that cannot be parsed gives an empty mapping.
-    """
-    from pinguard.build.dockerfile import parse
-
-    try:
-        parsed = parse(text, path=path)
-    except ValueError:
-        return {}
-    if not parsed.stages:
-        return {}
-    instructions = [i for i in parsed.stages[-1].instructions if i.keyword != "FROM"]
-    mapping: dict[int, int] = {}
-    j = len(instructions) - 1
-    for step in reversed(steps):
-        history = _history_text(step.created_by)
-        if not history:
-            continue
-        first_word = history.split()[0].upper()
-        for k in range(j, -1, -1):
-            ins = instructions[k]
-            if ins.keyword == "RUN":
-                command = _norm(" ".join(ins.exec_form) if ins.exec_form else ins.args)
-                ok = bool(command) and (
-                    command == history or command in history or history in command
-                )
-            else:
-                ok = first_word == ins.keyword
-            if ok:
-                mapping[step.index] = ins.start_line
-                j = k - 1
-                break
-    return mapping
 
 
 def _rule(

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pinguard.build.history import command_text
 from pinguard.models import AuditResult, ChangeKind, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
@@ -28,10 +29,7 @@ _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.I
 
 
 def _short(command: str, width: int = 110) -> str:
-    text = " ".join(command.split())
-    for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
+    text = " ".join(command_text(command).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -37,7 +37,7 @@ from packaging.version import Version
 
 from pinguard.errors import ResolveError
 from pinguard.models import Platform
-from pinguard.target import marker_environment, platform_machine
+from pinguard.target import major_minor, marker_environment, platform_machine
 
 JSON_ACCEPT = (
     "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
@@ -58,10 +58,7 @@ class TargetEnvironment:
 
     @property
     def major_minor(self) -> str | None:
-        if not self.python_version:
-            return None
-        parts = self.python_version.split(".")
-        return ".".join(parts[:2])
+        return major_minor(self.python_version) if self.python_version else None
 
     @property
     def python_platform(self) -> str | None:
