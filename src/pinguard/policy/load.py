@@ -6,10 +6,10 @@ become ``SpecifierSet``s, markers ``Marker``s, severities ``Severity``. Every pr
 file is collected as a ``PolicyProblem`` (file, line, message quoting the bad value with
 ``!r``) and raised together as one ``PolicyError`` (a ``ConfigError``). ``extend`` names
 other files relative to the extending one; they are loaded first (depth first, each once)
-and cycles are errors. Later files override earlier ones key by key in ``[rules.*]``, while
-``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]`` entries accumulate.
-``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in ``pyproject.toml``
-from a directory upwards.
+and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
+in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]``
+entries accumulate. ``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in
+``pyproject.toml`` from a directory upwards.
 """
 
 from __future__ import annotations
@@ -51,7 +51,17 @@ from pinguard.policy.model import (
 PYPROJECT_PREFIX: KeyPath = ("tool", "pinguard")
 
 _SCOPE_KEYS = ("environments", "platforms", "targets", "marker")
-_TOP_KEYS = ("extend", "name", "description", "rules", "pin", "forbidden", "coupling", "waiver")
+_TOP_KEYS = (
+    "extend",
+    "name",
+    "description",
+    "require_guard",
+    "rules",
+    "pin",
+    "forbidden",
+    "coupling",
+    "waiver",
+)
 _RULE_KEYS = ("severity", "enabled", *_SCOPE_KEYS)
 _RULE_EXTRA = {"downgrade": ("allow", "packages")}
 _PIN_KEYS = ("package", "version", "reason", "link", "severity", *_SCOPE_KEYS)
@@ -91,6 +101,7 @@ class _Layer:
     forbidden: list[Forbidden] = field(default_factory=list)
     couplings: list[Coupling] = field(default_factory=list)
     waivers: list[Waiver] = field(default_factory=list)
+    require_guard: bool | None = None
 
 
 class _Missing:
@@ -311,6 +322,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         return layer, reader.problems
     reader.string(top, (), "name")
     reader.string(top, (), "description")
+    layer.require_guard = reader.boolean(top, (), "require_guard")
     for ref in reader.strings(top, (), "extend") or ():
         layer.extends.append((Path(ref), reader.line(("extend",))))
 
@@ -487,8 +499,11 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
     couplings: list[Coupling] = []
     waivers: list[Waiver] = []
     files: list[str] = []
+    require_guard = False
     for layer in layers:
         files.append(layer.file)
+        if layer.require_guard is not None:
+            require_guard = layer.require_guard
         for rule_id, (fields, origin) in layer.rules.items():
             cfg = rules[rule_id]
             scope_changes = {k: fields.pop(k) for k in _SCOPE_KEYS if k in fields}
@@ -504,6 +519,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         forbidden=tuple(forbidden),
         couplings=tuple(couplings),
         waivers=tuple(waivers),
+        require_guard=require_guard,
         files=tuple(files),
     )
 
