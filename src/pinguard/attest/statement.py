@@ -78,6 +78,7 @@ def build_statement(
     """The statement for a judged audit. Raises ``AttestError`` when the image has no
     manifest digest to name (a ``dir:`` tree)."""
     from pinguard.report import json as json_report
+    from pinguard.report.options import RenderOptions
 
     digest = result.image.manifest_digest
     if not digest or not digest.startswith("sha256:"):
@@ -85,7 +86,9 @@ def build_statement(
             f"{result.image.reference!r} has no sha256 manifest digest to attest "
             f"(got {digest!r}); attest an image, not a directory"
         )
-    audit = json_report.to_dict(result, fail_on=fail_on, allow_incomplete=allow_incomplete)
+    audit = json_report.to_dict(
+        result, RenderOptions(fail_on=fail_on, allow_incomplete=allow_incomplete)
+    )
     active = [f for f in result.findings if not f.waived]
     counts = {s.value: sum(1 for f in active if f.severity is s) for s in Severity}
     counts["waived"] = sum(1 for f in result.findings if f.waived)
