@@ -38,6 +38,8 @@ from tests.infra.referrers import ReferrersFront
 from tests.infra.registry import (
     DEFAULT_PASSWORD,
     DEFAULT_USER,
+    TOKEN_SERVICE,
+    AuthMode,
     RegistryServer,
     build_oci_layout,
     start_registry,
@@ -384,20 +386,46 @@ def test_unreadable_image_and_usage_errors(ctx: Ctx) -> None:
     assert "holds a private key" in err
 
 
-def test_round_trip_with_htpasswd_auth(ctx: Ctx, docker_config: ConfigWriter) -> None:
-    """Basic auth from config.json carries the pushes (blob upload, manifest and index PUTs)
-    and the reads; without credentials verify exits 3."""
-    server = start_registry(ctx.tmp_path / "registry", auth="htpasswd")
+class _Bearer(requests.auth.AuthBase):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        r.headers["Authorization"] = f"Bearer {self.token}"
+        return r
+
+
+def _raw_auth(server: RegistryServer, repo: str) -> Any:
+    """Credentials for this test's own HTTP reads: Basic, or a pull token fetched by hand."""
+    basic = (DEFAULT_USER, DEFAULT_PASSWORD)
+    if server.token_server is None:
+        return basic
+    response = requests.get(
+        server.token_server.realm,
+        params={"scope": f"repository:{repo}:pull", "service": TOKEN_SERVICE},
+        auth=basic,
+        timeout=10,
+    )
+    response.raise_for_status()
+    return _Bearer(response.json()["token"])
+
+
+@pytest.mark.parametrize("auth", ["htpasswd", "token"])
+def test_round_trip_with_auth(ctx: Ctx, docker_config: ConfigWriter, auth: AuthMode) -> None:
+    """Credentials from config.json (htpasswd Basic auth, or Bearer tokens whose scope grows to
+    pull,push) carry the pushes (blob upload, manifest and index PUTs) and the reads; without
+    credentials verify exits 3."""
+    server = start_registry(ctx.tmp_path / "registry", auth=auth)
     try:
         server.push(f"containers-storage:{ctx.built.a}", f"{ctx.repo}:v1")
         ref = f"docker://{server.ref(ctx.repo)}:v1"
         code, _, err = ctx.verify(ref)
         assert code == 3
-        assert "requires Basic authentication" in err
+        assert f"no credentials for {server.address}" in err
         token = base64.b64encode(f"{DEFAULT_USER}:{DEFAULT_PASSWORD}".encode()).decode()
         docker_config({"auths": {server.address: {"auth": token}}})
         assert ctx.attest(ref, "--push")[0] == 0
-        auth = (DEFAULT_USER, DEFAULT_PASSWORD)
+        auth = _raw_auth(server, ctx.repo)
         image = digest_of(server.url, ctx.repo, "v1", auth=auth)
         assert len(tag_index(server.url, ctx.repo, image, auth=auth)["manifests"]) == 1
         code, out, err = ctx.verify(ref, "--policy", str(ctx.policy))

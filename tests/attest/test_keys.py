@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from pinguard.attest.keys import load_private_key, load_public_key
 from pinguard.errors import EXIT_USAGE, KeyFileError
 from tests.attest.conftest import ENCRYPTED_PASSWORD, Keys
+from tests.infra.tools import require_tool
 
 
 def test_plain_pkcs8_key_loads_and_matches_its_public_key(keys: Keys) -> None:
@@ -69,3 +71,46 @@ def test_missing_and_garbage_files(tmp_path: Path) -> None:
     garbage.write_text("hello\n")
     with pytest.raises(KeyFileError, match=r"garbage\.pub.*not a PEM public key"):
         load_public_key(garbage)
+
+
+def test_documented_encrypted_genpkey_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs' command (genpkey -aes-256-cbc -pass env:PINGUARD_KEY_PASSWORD) makes a key
+    that loads with that variable and matches its `openssl pkey -pubout` public key."""
+    openssl = require_tool("openssl")
+    monkeypatch.setenv("PINGUARD_KEY_PASSWORD", "from the environment")
+    key, pub = tmp_path / "key.pem", tmp_path / "key.pub"
+    subprocess.run(
+        [
+            openssl,
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-aes-256-cbc",
+            "-pass",
+            "env:PINGUARD_KEY_PASSWORD",
+            "-out",
+            str(key),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            openssl,
+            "pkey",
+            "-in",
+            str(key),
+            "-passin",
+            "env:PINGUARD_KEY_PASSWORD",
+            "-pubout",
+            "-out",
+            str(pub),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert key.read_text().startswith("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    loaded = load_private_key(key)
+    assert loaded.public_key().public_numbers() == load_public_key(pub).public_numbers()
