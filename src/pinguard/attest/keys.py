@@ -35,15 +35,16 @@ def _read(path: str | os.PathLike[str], what: str) -> bytes:
     return data
 
 
-def _check_curve(key: object, path: str | os.PathLike[str], what: str) -> None:
-    curve = getattr(key, "curve", None)
-    if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
-        raise KeyFileError(
-            f"{what} {str(path)!r} is a {type(key).__name__.lstrip('_')}, not an ECDSA P-256 key"
-        )
+def _not_ec(key: object, path: str | os.PathLike[str], what: str) -> KeyFileError:
+    kind = type(key).__name__.lstrip("_")
+    return KeyFileError(f"{what} {str(path)!r} is a {kind}, not an ECDSA P-256 key")
+
+
+def _check_curve(curve: ec.EllipticCurve, path: str | os.PathLike[str], what: str) -> None:
     if not isinstance(curve, ec.SECP256R1):
-        name = getattr(curve, "name", "?")
-        raise KeyFileError(f"{what} {str(path)!r} is on curve {name!r}, not P-256 (secp256r1)")
+        raise KeyFileError(
+            f"{what} {str(path)!r} is on curve {curve.name!r}, not P-256 (secp256r1)"
+        )
 
 
 def load_private_key(
@@ -69,8 +70,9 @@ def load_private_key(
         raise KeyFileError(
             f"private key {str(path)!r} is not a readable PEM private key{hint}: {exc}"
         ) from exc
-    _check_curve(key, path, "private key")
-    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise _not_ec(key, path, "private key")
+    _check_curve(key.curve, path, "private key")
     return key
 
 
@@ -86,8 +88,9 @@ def load_public_key(path: str | os.PathLike[str]) -> ec.EllipticCurvePublicKey:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(f"public key {str(path)!r} is not a PEM public key: {exc}") from exc
-    _check_curve(key, path, "public key")
-    assert isinstance(key, ec.EllipticCurvePublicKey)
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise _not_ec(key, path, "public key")
+    _check_curve(key.curve, path, "public key")
     return key
 
 

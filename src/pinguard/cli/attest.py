@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
         from pinguard.sources.registry import RegistrySource
 
         digest = str(result.image.manifest_digest)
-        with RegistrySource(args.reference[len(DOCKER) :], source_options(args)) as source:
-            assert isinstance(source, RegistrySource)
+        source = RegistrySource(args.reference[len(DOCKER) :], source_options(args))
+        try:
             attached = push_attestation(
                 source,
                 digest,
@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
                 predicate_type=PREDICATE_TYPE,
                 created=format_time(now),
             )
+        finally:
+            source.close()
         how = f"tag {attached.tag}" if attached.tag else "the referrers API"
         print(f"attached {attached.digest} to {digest} (via {how})", file=sys.stderr)
     if not args.output and not args.push:

@@ -17,10 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from pinguard.cli.common import parse_platform
+from pinguard.cli.common import source_options
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, UsageError
 from pinguard.fileio import atomic_write
-from pinguard.sources.interface import SourceOptions
 
 _DURATION = re.compile(r"([0-9]+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -94,13 +93,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot read --attestation {name!r}: {exc.strerror}") from exc
     reference = args.reference.removeprefix("docker://")
-    options = SourceOptions(
-        platform=parse_platform(args.platform) if args.platform else None,
-        insecure_registries=tuple(args.insecure_registry),
-    )
     now = _dt.datetime.now(tz=_dt.timezone.utc)
-    with RegistrySource(reference, options) as source:
-        assert isinstance(source, RegistrySource)
+    source = RegistrySource(reference, source_options(args))
+    try:
         digest = source.resolve().manifest_digest
         if not digest:
             raise UsageError(f"{args.reference!r} resolved to no manifest digest")
@@ -119,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
             result = VerifyResult(reference=display, image_digest=digest, checks=checks)
         else:
             result = verify(display, find_attestations(source, digest), key, demands, now)
+    finally:
+        source.close()
     text = report.render_json(result) if args.format == "json" else report.render_table(result)
     if args.output:
         atomic_write(args.output, text)

@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -99,7 +99,6 @@ class Referrers:
     subject: str
     via: str  # VIA_API or VIA_TAG
     descriptors: tuple[Descriptor, ...] = ()
-    notes: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,12 +245,11 @@ def list_referrers(
     if artifact_type:
         path += "?artifactType=" + quote(artifact_type, safe="")
     page = source.referrers_page(path, OCI_INDEX)
-    notes: tuple[str, ...] = ()
     if page is None:
         tag = referrers_tag(subject)
         index = _read_tag_index(source, tag)
         found = _descriptors(index, f"referrers tag {tag!r}") if index is not None else []
-        via, notes = VIA_TAG, (f"no referrers API; read tag {tag!r}",)
+        via = VIA_TAG
     else:
         found, via = [], VIA_API
         for _page in range(MAX_PAGES):
@@ -277,5 +275,4 @@ def list_referrers(
         subject=subject,
         via=via,
         descriptors=tuple(sorted(unique.values(), key=lambda d: d.digest)),
-        notes=notes,
     )

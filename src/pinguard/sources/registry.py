@@ -748,7 +748,7 @@ class RegistrySource(ImageSource):
         start = f"{self.base_url}/v2/{self.ref.repository}/blobs/uploads/"
         response = self._request(start, {"Content-Length": "0"}, stream=False, method="POST")
         response.close()
-        self._check_push(response, 202, f"starting a blob upload to {where}")
+        self._check_push(response, f"starting a blob upload to {where}")
         location = response.headers.get("Location")
         if not location:
             raise SourceError(f"registry {self.ref.api_host} started an upload with no Location")
@@ -762,7 +762,7 @@ class RegistrySource(ImageSource):
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
         response = self._request(url, headers, stream=False, method="PUT", body=data)
         response.close()
-        self._check_push(response, 201, f"uploading blob {digest} to {where}")
+        self._check_push(response, f"uploading blob {digest} to {where}")
         return digest
 
     def push_manifest(self, reference: str, body: bytes, media_type: str) -> Mapping[str, str]:
@@ -774,7 +774,7 @@ class RegistrySource(ImageSource):
         headers = {"Content-Type": media_type, "Content-Length": str(len(body))}
         response = self._request(url, headers, stream=False, method="PUT", body=body)
         response.close()
-        self._check_push(response, 201, what)
+        self._check_push(response, what)
         return response.headers  # case-insensitive
 
     def referrers_page(self, url: str, accept: str) -> tuple[bytes, Mapping[str, str]] | None:
@@ -795,9 +795,10 @@ class RegistrySource(ImageSource):
             response.close()
         return body, response.headers  # case-insensitive
 
-    def _check_push(self, response: requests.Response, expected: int, what: str) -> None:
+    def _check_push(self, response: requests.Response, what: str) -> None:
+        """Any 2xx is success; else the registry's first error code and message, quoted."""
         status = response.status_code
-        if status == expected or (200 <= status < 300 and expected != 202):
+        if 200 <= status < 300:
             return
         if status == 401:
             raise self._denied(401)
