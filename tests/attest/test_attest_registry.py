@@ -489,3 +489,24 @@ def test_descriptor_round_trip() -> None:
         "size": 3,
         "annotations": {"a": "1", "b": "2"},
     }
+
+
+def test_envelopes_are_deterministic_apart_from_time_and_signature(
+    ctx: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two attestations of one image at one $SOURCE_DATE_EPOCH carry identical payload bytes;
+    only the (randomised ECDSA) signatures differ, and both verify."""
+    ctx.push(ctx.built.a)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764579600")  # 2025-12-01T09:00:00Z
+    one, two = ctx.tmp_path / "one.json", ctx.tmp_path / "two.json"
+    assert ctx.attest(ctx.ref(), "-o", str(one))[0] == 0
+    assert ctx.attest(ctx.ref(), "-o", str(two))[0] == 0
+    first, second = json.loads(one.read_text()), json.loads(two.read_text())
+    assert first["payload"] == second["payload"]
+    assert first["signatures"][0]["keyid"] == second["signatures"][0]["keyid"]
+    assert first["signatures"][0]["sig"] != second["signatures"][0]["sig"]
+    statement = json.loads(base64.b64decode(first["payload"]))
+    assert statement["predicate"]["timestamp"] == "2025-12-01T09:00:00Z"
+    code, out, _ = ctx.verify(ctx.ref(), "--attestation", str(one), "--attestation", str(two))
+    assert code == 0
+    assert out.count("  ok   ") == 2

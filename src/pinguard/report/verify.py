@@ -8,9 +8,10 @@ every attestation found for the image digest with its reasons; the order is the 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pinguard.attest.verify import AttestationCheck, VerifyResult
+if TYPE_CHECKING:  # attest/ embeds report.json's audit document; no import cycle at run time
+    from pinguard.attest.verify import AttestationCheck, VerifyResult
 
 SCHEMA_ID = "pinguard/verify/v1"
 
