@@ -22,7 +22,7 @@ from pinguard.attest.statement import (
 )
 from pinguard.errors import AttestError, EnvelopeError
 from pinguard.models import Finding, ImageInfo, Incomplete, Severity
-from tests.policy.factories import dist, environment, result, step
+from tests.factories import dist, environment, result, step
 
 WHEN = _dt.datetime(2026, 11, 30, 8, 15, 0, tzinfo=_dt.timezone.utc)
 DIGEST_HEX = "ab" * 32
