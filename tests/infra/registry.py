@@ -108,6 +108,19 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
+    def _forward(self, upstream: str, body: bytes) -> tuple[int, bytes, dict[str, str]]:
+        """Send this request on to ``upstream`` (host:port); its status, body and headers."""
+        conn = http.client.HTTPConnection(upstream, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            out = {k: v for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP}
+            return response.status, payload, out
+        finally:
+            conn.close()
+
     def _reply(
         self, status: int, body: bytes = b"", headers: Mapping[str, str] | None = None
     ) -> None:
@@ -203,18 +216,10 @@ class _FrontHandler(_Handler):
         ):
             self._reply(307, b"", {"Location": owner.redirect_blobs_to + self.path})
             return
-        conn = http.client.HTTPConnection(owner.upstream, timeout=30)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
-            conn.request(self.command, self.path, body=body or None, headers=headers)
-            response = conn.getresponse()
-            payload = response.read()
-            if owner.transform is not None and self.command == "GET":
-                payload = owner.transform(self.path, payload)
-            out = {k: v for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP}
-            self._reply(response.status, payload, out)
-        finally:
-            conn.close()
+        status, payload, out = self._forward(owner.upstream, body)
+        if owner.transform is not None and self.command == "GET":
+            payload = owner.transform(self.path, payload)
+        self._reply(status, payload, out)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 

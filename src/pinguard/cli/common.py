@@ -188,12 +188,17 @@ class _RichProgress:
         self._progress.stop()
 
 
+def source_options(args: argparse.Namespace) -> SourceOptions:
+    """The transport settings the image options (``add_image_options``) describe."""
+    return SourceOptions(
+        platform=parse_platform(args.platform) if args.platform else None,
+        insecure_registries=tuple(args.insecure_registry),
+    )
+
+
 def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
     options = AuditOptions(
-        source=SourceOptions(
-            platform=parse_platform(args.platform) if args.platform else None,
-            insecure_registries=tuple(args.insecure_registry),
-        ),
+        source=source_options(args),
         cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
         verify_records=args.verify_records,
         jobs=max(0, args.jobs),

@@ -379,7 +379,7 @@ class RegistrySource(ImageSource):
         auth: str | None,
         *,
         stream: bool,
-        data: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | bytes | None = None,
     ) -> requests.Response:
         """One request, redirects followed by hand; Authorization stays on its origin."""
         origin = _origin(url)
@@ -421,7 +421,7 @@ class RegistrySource(ImageSource):
         auth: str | None,
         *,
         stream: bool,
-        data: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | bytes | None = None,
     ) -> requests.Response:
         attempt = 0
         while True:
@@ -449,12 +449,21 @@ class RegistrySource(ImageSource):
             attempt += 1
             time.sleep(delay)
 
-    def _request(self, url: str, headers: Mapping[str, str], *, stream: bool) -> requests.Response:
-        """GET from the registry: retries, then one authentication round on a 401."""
+    def _request(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        stream: bool,
+        method: str = "GET",
+        body: bytes | None = None,
+    ) -> requests.Response:
+        """One registry request (GET unless told): retries, then one authentication round
+        on a 401."""
         authenticated = False
         while True:
             response = self._send_with_retries(
-                "GET", url, headers, self._auth_header(), stream=stream
+                method, url, headers, self._auth_header(), stream=stream, data=body
             )
             if response.status_code != 401 or _origin(response.url) != _origin(url):
                 if response.status_code == 403 and _origin(response.url) == _origin(url):
@@ -677,3 +686,123 @@ class RegistrySource(ImageSource):
         response = self._request(self._blob_url(layer.digest), {}, stream=True)
         self._check_status(response, what)
         return io.BufferedReader(_ResponseStream(response, what), buffer_size=BLOB_BUFFER)
+
+    # --- raw reads and pushes (attestations; see pinguard.sources.referrers) -------------
+
+    def manifest_bytes(self, reference: str, accept: str = ACCEPT) -> tuple[bytes, str, str]:
+        """(bytes, Content-Type, digest) of the manifest ``reference`` (a tag or a digest),
+        verified when by digest; ``ImageNotFound`` on a 404."""
+        if accept == ACCEPT:
+            return self._fetch_manifest(reference)
+        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
+        what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(url, {"Accept": accept}, stream=True)
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
+            content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        finally:
+            response.close()
+        digest = _digest_of("sha256", body)
+        if reference.startswith("sha256:") and digest != reference:
+            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {digest}")
+        return body, content_type, digest
+
+    def blob_bytes(self, digest: str, limit: int) -> bytes:
+        """A whole small blob (at most ``limit`` bytes), verified against ``digest``."""
+        what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(self._blob_url(digest), {}, stream=True)
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, limit, what)
+        finally:
+            response.close()
+        actual = _digest_of(digest.split(":", 1)[0], body)
+        if actual != digest:
+            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+        return body
+
+    def has_blob(self, digest: str) -> bool:
+        """HEAD the blob: True when the repository already holds it."""
+        what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(self._blob_url(digest), {}, stream=True, method="HEAD")
+        response.close()
+        if response.status_code == 404:
+            return False
+        self._check_status(response, what)
+        return True
+
+    def push_blob(self, data: bytes) -> str:
+        """Upload ``data`` as one blob (POST, then one monolithic PUT) unless the repository
+        already has it; return its digest."""
+        digest = _digest_of("sha256", data)
+        if self.has_blob(digest):
+            return digest
+        where = f"{self.ref.api_host}/{self.ref.repository}"
+        start = f"{self.base_url}/v2/{self.ref.repository}/blobs/uploads/"
+        response = self._request(start, {"Content-Length": "0"}, stream=False, method="POST")
+        response.close()
+        self._check_push(response, f"starting a blob upload to {where}")
+        location = response.headers.get("Location")
+        if not location:
+            raise SourceError(f"registry {self.ref.api_host} started an upload with no Location")
+        url = urljoin(start, location)
+        if _origin(url) != _origin(self.base_url):
+            raise SourceError(
+                f"registry {self.ref.api_host} sent the upload to another host "
+                f"{_origin(url)[1]!r}; refusing to send credentials there"
+            )
+        url += ("&" if urlsplit(url).query else "?") + urlencode({"digest": digest})
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        response = self._request(url, headers, stream=False, method="PUT", body=data)
+        response.close()
+        self._check_push(response, f"uploading blob {digest} to {where}")
+        return digest
+
+    def push_manifest(self, reference: str, body: bytes, media_type: str) -> Mapping[str, str]:
+        """PUT a manifest under ``reference`` (a tag or its digest); return the response
+        headers (``Docker-Content-Digest``, and ``OCI-Subject`` from registries with the
+        referrers API)."""
+        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
+        what = f"pushing manifest {reference} to {self.ref.api_host}/{self.ref.repository}"
+        headers = {"Content-Type": media_type, "Content-Length": str(len(body))}
+        response = self._request(url, headers, stream=False, method="PUT", body=body)
+        response.close()
+        self._check_push(response, what)
+        return response.headers  # case-insensitive
+
+    def referrers_page(self, url: str, accept: str) -> tuple[bytes, Mapping[str, str]] | None:
+        """GET one page of the referrers API (``url`` absolute or ``/v2/...``); None on 404,
+        which is how a registry without the API answers."""
+        url = urljoin(self.base_url, url)
+        if _origin(url) != _origin(self.base_url):
+            raise SourceError(f"registry {self.ref.api_host} paged referrers to another host")
+        what = f"referrers {urlsplit(url).path} of {self.ref.api_host}"
+        response = self._request(url, {"Accept": accept}, stream=True)
+        if response.status_code == 404:
+            response.close()
+            return None
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
+        finally:
+            response.close()
+        return body, response.headers  # case-insensitive
+
+    def _check_push(self, response: requests.Response, what: str) -> None:
+        """Any 2xx is success; else the registry's first error code and message, quoted."""
+        status = response.status_code
+        if 200 <= status < 300:
+            return
+        if status == 401:
+            raise self._denied(401)
+        if status == 403:
+            raise self._denied(403)
+        detail = ""
+        try:
+            errors = response.json().get("errors") if response.content else None
+            if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+                detail = f": {errors[0].get('code')} {errors[0].get('message')!r}"
+        except (ValueError, AttributeError, requests.RequestException):
+            pass
+        raise SourceError(f"{what}: registry answered HTTP {status}{detail}")
