@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomlkit
 import tomlkit.exceptions
@@ -111,6 +111,9 @@ class _Missing:
     pass
 
 
+_T = TypeVar("_T")
+
+
 _MISSING = _Missing()
 
 
@@ -181,33 +184,28 @@ class _Reader:
         return [((key, i), item) for i, item in enumerate(value)]
 
     # -- scalars ---------------------------------------------------------------------
+    def scalar(
+        self, data: TomlTable, path: KeyPath, key: str, kind: type[_T], expected: str
+    ) -> _T | _Missing:
+        """``data[key]`` when it is a ``kind``; missing or wrong (a problem): ``_MISSING``."""
+        value = data.get(key, _MISSING)
+        if value is _MISSING or isinstance(value, kind):
+            return value
+        self.problem(
+            (*path, key),
+            f"{self.dotted((*path, key))}: expected {expected}, got {_type_name(value)} {value!r}",
+        )
+        return _MISSING
+
     def string(
         self, data: TomlTable, path: KeyPath, key: str, default: str | None = None
     ) -> str | None:
-        value = data.get(key, _MISSING)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, str):
-            self.problem(
-                (*path, key),
-                f"{self.dotted((*path, key))}: expected a string, "
-                f"got {_type_name(value)} {value!r}",
-            )
-            return default
-        return value
+        value = self.scalar(data, path, key, str, "a string")
+        return default if isinstance(value, _Missing) else value
 
     def boolean(self, data: TomlTable, path: KeyPath, key: str) -> bool | None:
-        value = data.get(key, _MISSING)
-        if value is _MISSING:
-            return None
-        if not isinstance(value, bool):
-            self.problem(
-                (*path, key),
-                f"{self.dotted((*path, key))}: expected true or false, "
-                f"got {_type_name(value)} {value!r}",
-            )
-            return None
-        return value
+        value = self.scalar(data, path, key, bool, "true or false")
+        return None if isinstance(value, _Missing) else value
 
     def strings(self, data: TomlTable, path: KeyPath, key: str) -> tuple[str, ...] | None:
         value = data.get(key, _MISSING)
@@ -305,6 +303,19 @@ class _Reader:
     def scope(self, data: TomlTable, path: KeyPath) -> Scope:
         return Scope(**self.scope_fields(data, path))
 
+    def package(self, data: TomlTable, path: KeyPath) -> NormalizedName | None:
+        """The entry's ``package``, canonicalized (None when missing or invalid)."""
+        raw = self.string(data, path, "package")
+        return self.name(raw, (*path, "package")) if raw is not None else None
+
+    def entry(
+        self, data: TomlTable, path: KeyPath
+    ) -> tuple[NormalizedName | None, SpecifierSet | None, Severity | None, Scope]:
+        """What ``[[pin]]`` and ``[[forbidden]]`` share: package, version, severity, scope."""
+        pkg = self.package(data, path)
+        spec = self.specifier(data, path, "version")
+        return pkg, spec, self.severity(data, path), self.scope(data, path)
+
 
 def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[PolicyProblem]]:
     """Parse one file's text into a layer; ``prefix`` None means pinguard.toml syntax."""
@@ -355,10 +366,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _PIN_KEYS, ("package", "version"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
-        spec = reader.specifier(body, path, "version")
-        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        pkg, spec, sev, scope = reader.entry(body, path)
         reason = reader.string(body, path, "reason", "") or ""
         link = reader.string(body, path, "link", "") or ""
         if pkg is not None and spec is not None:
@@ -368,10 +376,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _PIN_KEYS, ("package", "version", "reason"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
-        spec = reader.specifier(body, path, "version")
-        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        pkg, spec, sev, scope = reader.entry(body, path)
         why = reader.string(body, path, "reason")
         link = reader.string(body, path, "link", "") or ""
         if pkg is not None and spec is not None and why is not None:
@@ -381,8 +386,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _COUPLING_KEYS, ("package", "version", "requires"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        pkg = reader.package(body, path)
         spec = reader.specifier(body, path, "version")
         raw_req = reader.string(body, path, "requires")
         req: Requirement | None = None
@@ -420,8 +424,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        pkg = reader.package(body, path)
         rule = reader.string(body, path, "rule")
         if rule is not None and (rule not in RULES or not RULES[rule].configurable):
             reader.problem(
