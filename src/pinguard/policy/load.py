@@ -9,7 +9,8 @@ other files relative to the extending one; they are loaded first (depth first, e
 and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
 in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]``
 entries accumulate. ``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in
-``pyproject.toml`` from a directory upwards.
+``pyproject.toml`` from a directory upwards; ``load_run_policy`` is what every command loads
+(the given files, else the discovered one, else the built-in default).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from pinguard.policy.model import (
     Policy,
     Scope,
     Waiver,
+    default_policy,
     default_rules,
 )
 
@@ -583,3 +585,14 @@ def discover(start: str | os.PathLike[str] | None = None) -> Path | None:
         if candidate.is_file() and _has_tool_table(candidate):
             return candidate
     return None
+
+
+def load_run_policy(
+    paths: Sequence[str | os.PathLike[str]], start: str | os.PathLike[str] | None = None
+) -> Policy:
+    """The policy of one command: the given ``paths`` in order; without any, the file
+    ``discover(start)`` finds; without one, the built-in default."""
+    if paths:
+        return load_policy(*paths)
+    found = discover(start)
+    return load_policy(found) if found is not None else default_policy()
