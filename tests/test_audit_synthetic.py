@@ -9,13 +9,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from examples.make_demo_image import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from packaging.version import Version
 
 from pinguard.audit.diff import diff_environments, unmet_requirements
 from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.models import ChangeKind, Distribution, Environment, Platform
+from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
 
 SCHEMA = Path(__file__).parents[1] / "src/pinguard/schemas/audit-v1.schema.json"
 
