@@ -298,6 +298,22 @@ def test_an_added_requirer_without_a_specifier_causes_an_addition() -> None:
     assert causes(got["app"]) == []
 
 
+def test_pre_releases_are_admitted_whatever_packagings_default() -> None:
+    """A nightly is admitted by `lib`, `lib>=1` and `lib<3` (pre-releases explicitly allowed,
+    as pip check does): packaging's own default for them changed in 26.0."""
+    after = env(
+        dist("app", "1.0", "nightly", "rc>=1", "dev<3"),
+        dist("nightly", "3.0rc1"),
+        dist("rc", "1.1rc2"),
+        dist("dev", "2.1.dev20261120"),
+    )
+    got = by_name(diff_environments(env(), after, platform=None)[0])
+    assert causes(got["nightly"]) == [("app", "1.0", "nightly")]
+    assert causes(got["rc"]) == [("app", "1.0", "rc>=1")]
+    assert causes(got["dev"]) == [("app", "1.0", "dev<3")]
+    assert unmet_requirements(after, None) == ()
+
+
 def test_removed_and_reinstalled_have_no_causes() -> None:
     """Only additions and version moves get causes."""
     before = env(
