@@ -32,7 +32,6 @@ from pinguard.errors import (
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, SourceOptions
-from pinguard.sources.manifest import platform_matches
 from pinguard.sources.reference import DockerReference, parse_reference
 from pinguard.sources.registry import (
     DOCKER_MANIFEST,
@@ -42,6 +41,7 @@ from pinguard.sources.registry import (
     RegistrySource,
     parse_www_authenticate,
 )
+from pinguard.target import platform_matches
 from tests.infra.registry import (
     DEFAULT_PASSWORD,
     DEFAULT_USER,
