@@ -330,3 +330,91 @@ def test_changes_carry_environment_and_versions_and_are_sorted() -> None:
     gone, _ = diff_environments(before, None, platform=None)
     assert [(c.environment, c.kind) for c in gone] == [(SITE, ChangeKind.REMOVED)] * 2
     assert diff_environments(None, None, platform=None) == ((), ())
+
+
+# --------------------------------------------------------------------------- mutant edges
+
+
+def test_a_marker_that_cannot_be_evaluated_does_not_apply() -> None:
+    """`python_version ~= "3"` raises in packaging; the requirement is skipped, not unmet."""
+    app = dist("app", "1.0", "lib>=2; python_version ~= '3'")
+    assert unmet_requirements(env(app, dist("lib", "1.0")), None) == ()
+    before = env(dist("lib", "2.0"))
+    after = env(app, dist("lib", "1.0"))
+    assert by_name(diff_environments(before, after, platform=None)[0])["lib"].causes == ()
+
+
+def test_non_pep440_versions_change_kinds_and_admit_nothing() -> None:
+    """1.0 -> a non-PEP 440 version is a change of unknown order (upgraded); same text and
+    files is no change, other files a reinstall; a range never admits such a version."""
+
+    def kinds(b: Distribution, a: Distribution) -> list[ChangeKind]:
+        return [c.kind for c in diff_environments(env(b), env(a), platform=None)[0]]
+
+    assert kinds(dist("p", "1.0"), dist("p", "2024-custom")) == [ChangeKind.UPGRADED]
+    assert kinds(dist("p", "2024-custom"), dist("p", "1.0")) == [ChangeKind.UPGRADED]
+    same = dist("p", "2024-custom", fingerprint="f")
+    assert kinds(same, same) == []
+    assert kinds(same, dist("p", "2024-custom", fingerprint="g")) == [ChangeKind.REINSTALLED]
+    after = env(dist("app", "1.0", "weird>=1"), dist("weird", "2024-custom"))
+    assert by_name(diff_environments(env(), after, platform=None)[0])["weird"].causes == ()
+
+
+def test_added_environment_changes_carry_its_path() -> None:
+    """An environment that did not exist before: every change names the new environment."""
+    changes, _ = diff_environments(None, env(dist("a", "1.0")), platform=None)
+    assert [(c.environment, c.kind) for c in changes] == [(SITE, ChangeKind.ADDED)]
+
+
+def test_cause_markers_use_the_environments_python_not_this_one() -> None:
+    """The chain judges python_version for the image's Python (3.12 here, the tests run on 3.11),
+    whichever of the two states knows it."""
+    req = "lib<2; python_version >= '3.12'"
+    for known_before, known_after in (
+        (None, "3.12.7"),
+        ("3.12.7", None),
+        ("3.12.7", "3.12.7"),
+    ):
+        before = env(dist("lib", "2.0"), python=known_before)
+        after = env(dist("lib", "1.0"), dist("app", "1.0", req), python=known_after)
+        got = by_name(diff_environments(before, after, platform=None)[0])
+        assert causes(got["lib"]) == [("app", "1.0", 'lib<2; python_version >= "3.12"')], (
+            known_before,
+            known_after,
+        )
+
+
+def test_newly_unmet_is_judged_for_the_image_platform() -> None:
+    """An arm64-only requirement unmet before and after is not new; one unmet only after is."""
+    arm = Platform("linux", "arm64")
+    req = "lib>=2; platform_machine == 'aarch64'"
+    both = env(dist("app", "1.0", req), dist("lib", "1.0"))
+    assert diff_environments(both, both, platform=arm)[1] == ()
+    before = env(dist("app", "1.0", req), dist("lib", "2.0"))
+    (u,) = diff_environments(before, both, platform=arm)[1]
+    assert (u.package, u.installed) == ("app", "1.0")
+
+
+def test_a_later_requirement_on_the_same_name_is_still_read() -> None:
+    """`Requires-Dist: lib` and `lib<2; ...`: the second one is why lib went back."""
+    before = env(dist("lib", "2.0"))
+    after = env(dist("lib", "1.0"), dist("app", "1.0", "lib", "lib<2; os_name == 'posix'"))
+    got = by_name(diff_environments(before, after, platform=Platform("linux", "amd64"))[0])
+    assert causes(got["lib"]) == [("app", "1.0", 'lib<2; os_name == "posix"')]
+
+
+def test_a_cycle_away_from_the_start_ends() -> None:
+    """x moved for y, y for z, z for y: the chain stops when y comes round again."""
+    before = env(dist("x", "1"), dist("y", "1", "x==1", "z==1"), dist("z", "1", "y==1"))
+    after = env(dist("x", "2"), dist("y", "2", "x==2", "z==2"), dist("z", "2", "y==2"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert [c.package for c in got["x"].causes] == ["y", "z", "y"]
+
+
+def test_a_reinstalled_requirer_ends_the_chain() -> None:
+    """lib went back because app (reinstalled, same version) pins it: app is named, then stop."""
+    before = env(dist("lib", "2.0"), dist("app", "1.0", "lib<3", fingerprint="a"))
+    after = env(dist("lib", "1.0"), dist("app", "1.0", "lib<2", fingerprint="b"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert got["app"].kind is ChangeKind.REINSTALLED
+    assert got["lib"].causes == (Cause(canonicalize_name("app"), "1.0", "lib<2"),)
