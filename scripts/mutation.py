@@ -43,18 +43,24 @@ class Target:
     tests: tuple[str, ...]
 
 
+LAYER_TESTS = (
+    "tests/layers",
+    "tests/cli/test_cli_edges.py::test_root_level_whiteout_removes_the_directory",
+)
 TARGETS = (
-    Target(
-        "diff",
-        "src/pinguard/audit/diff.py",
-        ("tests/audit/test_diff.py", "tests/audit/test_audit_synthetic.py"),
-    ),
     Target(
         "rules",
         "src/pinguard/policy/rules.py",
         ("tests/policy/test_rules.py", "tests/policy/test_engine.py"),
     ),
-    Target("layers", "src/pinguard/layers/walk.py", ("tests/layers",)),
+    Target(
+        "diff",
+        "src/pinguard/audit/diff.py",
+        ("tests/audit/test_diff.py", "tests/audit/test_audit_synthetic.py"),
+    ),
+    Target("analysis", "src/pinguard/layers/analysis.py", LAYER_TESTS),
+    Target("tar", "src/pinguard/layers/tar.py", LAYER_TESTS),
+    Target("blob", "src/pinguard/layers/blob.py", LAYER_TESTS),
 )
 
 
