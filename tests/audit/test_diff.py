@@ -418,3 +418,20 @@ def test_a_reinstalled_requirer_ends_the_chain() -> None:
     got = by_name(diff_environments(before, after, platform=None)[0])
     assert got["app"].kind is ChangeKind.REINSTALLED
     assert got["lib"].causes == (Cause(canonicalize_name("app"), "1.0", "lib<2"),)
+
+
+def test_unchanged_requirers_are_ranked_by_name_not_by_path() -> None:
+    """Two unchanged requirers exclude the old version: the first by name ("a-z" before "a0",
+    although its dist-info directory a_z-... sorts after a0-...) is named."""
+    before = env(dist("lib", "2.0"), dist("a-z", "1", "lib<3"), dist("a0", "1", "lib<3"))
+    after = env(dist("lib", "1.0"), dist("a-z", "1", "lib<2"), dist("a0", "1", "lib<2"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert causes(got["lib"]) == [("a-z", "1", "lib<2")]
+
+
+def test_a_requirement_that_excludes_the_new_version_does_not_hide_the_next_one() -> None:
+    """app lists lib>=5 (unmet) and lib<2: the second is why lib went back to 1.0."""
+    before = env(dist("lib", "2.0"))
+    after = env(dist("lib", "1.0"), dist("app", "1", "lib>=5", "lib<2"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert causes(got["lib"]) == [("app", "1", "lib<2")]

@@ -705,3 +705,55 @@ def test_entry_scope_uses_the_image_platform_and_the_environments_python() -> No
     assert not fires(Scope(marker=Marker("platform_machine == 'x86_64'")))
     assert fires(Scope(marker=Marker("python_full_version == '3.12.7'")))
     assert not fires(Scope(marker=Marker("python_version < '3.12'")))
+
+
+def test_duplicate_distribution_whole_hit_after_a_single_name() -> None:
+    """attrs (once) sorts before numpy (twice): numpy is still reported, with its last step."""
+    one = dist("numpy", "2.0")
+    two = dist("numpy", "1.26")
+    facts = Facts.of(
+        result(
+            environment(dist("attrs", "1"), one, two),
+            steps=[
+                step(2, "", change("numpy", ChangeKind.ADDED, None, "1.26")),
+                step(5, "", change("numpy", ChangeKind.UPGRADED, "1.26", "2.0")),
+            ],
+        )
+    )
+    assert list(duplicate_distribution(facts)) == [
+        Hit(
+            "duplicate-distribution",
+            f"numpy is installed 2 times: 1.26 ({ENV}/numpy-1.26.dist-info), "
+            f"2.0 ({ENV}/numpy-2.0.dist-info)",
+            "numpy",
+            ENV,
+            5,
+            ("1.26", "2.0"),
+            frozenset({"numpy"}),
+        )
+    ]
+
+
+def test_record_mismatch_checks_every_distribution() -> None:
+    """A clean distribution first; the changed one after it is reported."""
+    clean = dist("a", "1", record=[("a/x.py", A)])
+    changed = dist("b", "1", record=[("b/x.py", A)])
+    digests = {f"{ENV}/a/x.py": A, f"{ENV}/b/x.py": B}
+    hits = record_mismatch(Facts.of(result(environment(clean, changed))), digests)
+    assert [h.package for h in hits] == ["b"]
+
+
+def test_file_collision_step_is_the_later_of_the_two_installs() -> None:
+    """beta came at step 2, alpha at step 6: the collision is alpha's step."""
+    a = dist("alpha", "1", record=[("m/x.so", A)])
+    b = dist("beta", "1", record=[("m/x.so", B)])
+    facts = Facts.of(
+        result(
+            environment(a, b),
+            steps=[
+                step(2, "", change("beta", ChangeKind.ADDED, None, "1")),
+                step(6, "", change("alpha", ChangeKind.ADDED, None, "1")),
+            ],
+        )
+    )
+    assert [h.step for h in file_collision(facts)] == [6]
