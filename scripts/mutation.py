@@ -47,6 +47,13 @@ LAYER_TESTS = (
     "tests/layers",
     "tests/cli/test_cli_edges.py::test_root_level_whiteout_removes_the_directory",
 )
+# analysis also holds the dir: walk and the cache format, exercised through audits
+ANALYSIS_TESTS = (
+    *LAYER_TESTS,
+    "tests/audit/test_audit_synthetic.py",
+    "tests/cli/test_cli_edges.py::test_dir_audit_does_not_follow_symlinks_out_of_the_root",
+    "tests/cli/test_cli_edges.py::test_egg_info_is_read_as_importlib_metadata_reads_it",
+)
 TARGETS = (
     Target(
         "rules",
@@ -58,7 +65,7 @@ TARGETS = (
         "src/pinguard/audit/diff.py",
         ("tests/audit/test_diff.py", "tests/audit/test_audit_synthetic.py"),
     ),
-    Target("analysis", "src/pinguard/layers/analysis.py", LAYER_TESTS),
+    Target("analysis", "src/pinguard/layers/analysis.py", ANALYSIS_TESTS),
     Target("tar", "src/pinguard/layers/tar.py", LAYER_TESTS),
     Target("blob", "src/pinguard/layers/blob.py", LAYER_TESTS),
 )
