@@ -4,8 +4,9 @@ The table the README describes, ``--no-cache`` neither reading nor writing (a po
 entry shows the difference), several ``--policy`` files combining in order, ``===raw`` pins in
 constraints, ``plan``'s exit 2, the gate's exit 1 on an incomplete image, exit 130 on
 Ctrl-C (a real SIGINT to a real process blocked on a socket), egg-info metadata read as
-``importlib.metadata`` reads it, and a root-level whiteout (``/.wh.opt``) removing ``/opt``.
-Images are written with ``tarfile`` into tmp_path.
+``importlib.metadata`` reads it, a root-level whiteout (``/.wh.opt``) removing ``/opt``, and
+a ``dir:`` walk that does not follow symlinks out of the root. Images are written with
+``tarfile`` into tmp_path.
 """
 
 from __future__ import annotations
