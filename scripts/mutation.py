@@ -43,18 +43,31 @@ class Target:
     tests: tuple[str, ...]
 
 
+LAYER_TESTS = (
+    "tests/layers",
+    "tests/cli/test_cli_edges.py::test_root_level_whiteout_removes_the_directory",
+)
+# analysis also holds the dir: walk and the cache format, exercised through audits
+ANALYSIS_TESTS = (
+    *LAYER_TESTS,
+    "tests/audit/test_audit_synthetic.py",
+    "tests/cli/test_cli_edges.py::test_dir_audit_does_not_follow_symlinks_out_of_the_root",
+    "tests/cli/test_cli_edges.py::test_egg_info_is_read_as_importlib_metadata_reads_it",
+)
 TARGETS = (
-    Target(
-        "diff",
-        "src/pinguard/audit/diff.py",
-        ("tests/audit/test_diff.py", "tests/audit/test_audit_synthetic.py"),
-    ),
     Target(
         "rules",
         "src/pinguard/policy/rules.py",
         ("tests/policy/test_rules.py", "tests/policy/test_engine.py"),
     ),
-    Target("layers", "src/pinguard/layers/walk.py", ("tests/layers",)),
+    Target(
+        "diff",
+        "src/pinguard/audit/diff.py",
+        ("tests/audit/test_diff.py", "tests/audit/test_audit_synthetic.py"),
+    ),
+    Target("analysis", "src/pinguard/layers/analysis.py", ANALYSIS_TESTS),
+    Target("tar", "src/pinguard/layers/tar.py", LAYER_TESTS),
+    Target("blob", "src/pinguard/layers/blob.py", LAYER_TESTS),
 )
 
 
@@ -88,7 +101,8 @@ def mutmut_section(target: Target) -> str:
         f"only_mutate = {toml_list([target.module])}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(target.tests)}\n"
         'pytest_add_cli_args = ["-m", "not integration", "-p", "no:cacheprovider", "-x"]\n'
-        'also_copy = ["examples/"]\n'  # tests still import the demo image writer
+        # tests still import the demo image writer and read the shipped policies
+        'also_copy = ["examples/", "policies/"]\n'
         "use_git_change_detection = false\n"
         # a mutant that loops (a chunk reader that never advances) should cost seconds
         "timeout_multiplier = 4.0\n"
@@ -188,16 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown module(s): {', '.join(unknown)}")
     wanted = [t for t in TARGETS if not args.names or t.name in args.names]
-    outcomes = [run_target(t, args.jobs, args.keep, args.show_survivors) for t in wanted]
     header = ("module", "mutants", "killed", "timeout", "survived", "no tests", "other", "rate")
-    print("{:32} {:>7} {:>6} {:>7} {:>8} {:>8} {:>5} {:>6}".format(*header))
-    for o in outcomes:
+    print("{:32} {:>7} {:>6} {:>7} {:>8} {:>8} {:>5} {:>6}".format(*header), flush=True)
+    for target in wanted:
+        o = run_target(target, args.jobs, args.keep, args.show_survivors)
         print(
             f"{o.target.module:32} {o.total:7} {o.killed:6} {o.timeout:7} {o.survived:8} "
             f"{o.no_tests:8} {o.other:5} {o.rate:6.1%}"
         )
         for name in o.survivors:
-            print(f"  survived: {name}")
+            print(f"  not killed: {name}")
+        sys.stdout.flush()
     return 0
 
 

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pip
-from packaging.markers import default_environment
 from packaging.utils import canonicalize_name
 
 from pinguard.audit.diff import diff_environments, unmet_requirements
@@ -51,41 +50,7 @@ def causes(change: Change) -> list[tuple[str, str, str]]:
     return [(c.package, c.version, c.requirement) for c in change.causes]
 
 
-# --------------------------------------------------------------------------- marker values
-
-
-def test_python_version_is_major_minor_and_full_version_is_kept() -> None:
-    """python_version is "3.11" on 3.11.2 (PEP 508); python_full_version keeps the patch."""
-    values = marker_environment("3.11.2", Platform("linux", "arm64"))
-    assert values["python_version"] == "3.11"
-    assert values["python_full_version"] == "3.11.2"
-    assert values["implementation_version"] == "3.11.2"
-    assert values["implementation_name"] == "cpython"
-    assert values["platform_machine"] == "aarch64"
-    assert values["sys_platform"] == "linux"
-    assert values["platform_system"] == "Linux"
-    assert values["os_name"] == "posix"
-    assert values["extra"] == ""
-    short = marker_environment("3.12", Platform("windows", "amd64"))
-    assert (short["python_version"], short["python_full_version"]) == ("3.12", "3.12.0")
-    assert (short["sys_platform"], short["os_name"], short["platform_system"]) == (
-        "win32",
-        "nt",
-        "Windows",
-    )
-    assert short["platform_machine"] == "x86_64"
-
-
-def test_marker_values_match_the_running_interpreter() -> None:
-    """For this interpreter and platform, the values are the ones packaging reads from it."""
-    real = default_environment()
-    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(host.machine(), host.machine())
-    values = marker_environment(host.python_version(), Platform("linux", machine))
-    for key in ("python_version", "python_full_version", "platform_machine", "sys_platform"):
-        assert values[key] == real[key], key
-    unknown = marker_environment(None, None)
-    assert unknown["python_version"] == real["python_version"]
-    assert unknown["platform_machine"] == real["platform_machine"]
+# --------------------------------------------------------------------------- markers
 
 
 def test_python_version_marker_on_a_patch_release() -> None:
@@ -299,6 +264,22 @@ def test_an_added_requirer_without_a_specifier_causes_an_addition() -> None:
     assert causes(got["app"]) == []
 
 
+def test_pre_releases_are_admitted_whatever_packagings_default() -> None:
+    """A nightly is admitted by `lib`, `lib>=1` and `lib<3` (pre-releases explicitly allowed,
+    as pip check does): packaging's own default for them changed in 26.0."""
+    after = env(
+        dist("app", "1.0", "nightly", "rc>=1", "dev<3"),
+        dist("nightly", "3.0rc1"),
+        dist("rc", "1.1rc2"),
+        dist("dev", "2.1.dev20261120"),
+    )
+    got = by_name(diff_environments(env(), after, platform=None)[0])
+    assert causes(got["nightly"]) == [("app", "1.0", "nightly")]
+    assert causes(got["rc"]) == [("app", "1.0", "rc>=1")]
+    assert causes(got["dev"]) == [("app", "1.0", "dev<3")]
+    assert unmet_requirements(after, None) == ()
+
+
 def test_removed_and_reinstalled_have_no_causes() -> None:
     """Only additions and version moves get causes."""
     before = env(
@@ -350,3 +331,108 @@ def test_changes_carry_environment_and_versions_and_are_sorted() -> None:
     gone, _ = diff_environments(before, None, platform=None)
     assert [(c.environment, c.kind) for c in gone] == [(SITE, ChangeKind.REMOVED)] * 2
     assert diff_environments(None, None, platform=None) == ((), ())
+
+
+# --------------------------------------------------------------------------- mutant edges
+
+
+def test_a_marker_that_cannot_be_evaluated_does_not_apply() -> None:
+    """`python_version ~= "3"` raises in packaging; the requirement is skipped, not unmet."""
+    app = dist("app", "1.0", "lib>=2; python_version ~= '3'")
+    assert unmet_requirements(env(app, dist("lib", "1.0")), None) == ()
+    before = env(dist("lib", "2.0"))
+    after = env(app, dist("lib", "1.0"))
+    assert by_name(diff_environments(before, after, platform=None)[0])["lib"].causes == ()
+
+
+def test_non_pep440_versions_change_kinds_and_admit_nothing() -> None:
+    """1.0 -> a non-PEP 440 version is a change of unknown order (upgraded); same text and
+    files is no change, other files a reinstall; a range never admits such a version."""
+
+    def kinds(b: Distribution, a: Distribution) -> list[ChangeKind]:
+        return [c.kind for c in diff_environments(env(b), env(a), platform=None)[0]]
+
+    assert kinds(dist("p", "1.0"), dist("p", "2024-custom")) == [ChangeKind.UPGRADED]
+    assert kinds(dist("p", "2024-custom"), dist("p", "1.0")) == [ChangeKind.UPGRADED]
+    same = dist("p", "2024-custom", fingerprint="f")
+    assert kinds(same, same) == []
+    assert kinds(same, dist("p", "2024-custom", fingerprint="g")) == [ChangeKind.REINSTALLED]
+    after = env(dist("app", "1.0", "weird>=1"), dist("weird", "2024-custom"))
+    assert by_name(diff_environments(env(), after, platform=None)[0])["weird"].causes == ()
+
+
+def test_added_environment_changes_carry_its_path() -> None:
+    """An environment that did not exist before: every change names the new environment."""
+    changes, _ = diff_environments(None, env(dist("a", "1.0")), platform=None)
+    assert [(c.environment, c.kind) for c in changes] == [(SITE, ChangeKind.ADDED)]
+
+
+def test_cause_markers_use_the_environments_python_not_this_one() -> None:
+    """The chain judges python_version for the image's Python (3.12 here, the tests run on 3.11),
+    whichever of the two states knows it."""
+    req = "lib<2; python_version >= '3.12'"
+    for known_before, known_after in (
+        (None, "3.12.7"),
+        ("3.12.7", None),
+        ("3.12.7", "3.12.7"),
+    ):
+        before = env(dist("lib", "2.0"), python=known_before)
+        after = env(dist("lib", "1.0"), dist("app", "1.0", req), python=known_after)
+        got = by_name(diff_environments(before, after, platform=None)[0])
+        assert causes(got["lib"]) == [("app", "1.0", 'lib<2; python_version >= "3.12"')], (
+            known_before,
+            known_after,
+        )
+
+
+def test_newly_unmet_is_judged_for_the_image_platform() -> None:
+    """An arm64-only requirement unmet before and after is not new; one unmet only after is."""
+    arm = Platform("linux", "arm64")
+    req = "lib>=2; platform_machine == 'aarch64'"
+    both = env(dist("app", "1.0", req), dist("lib", "1.0"))
+    assert diff_environments(both, both, platform=arm)[1] == ()
+    before = env(dist("app", "1.0", req), dist("lib", "2.0"))
+    (u,) = diff_environments(before, both, platform=arm)[1]
+    assert (u.package, u.installed) == ("app", "1.0")
+
+
+def test_a_later_requirement_on_the_same_name_is_still_read() -> None:
+    """`Requires-Dist: lib` and `lib<2; ...`: the second one is why lib went back."""
+    before = env(dist("lib", "2.0"))
+    after = env(dist("lib", "1.0"), dist("app", "1.0", "lib", "lib<2; os_name == 'posix'"))
+    got = by_name(diff_environments(before, after, platform=Platform("linux", "amd64"))[0])
+    assert causes(got["lib"]) == [("app", "1.0", 'lib<2; os_name == "posix"')]
+
+
+def test_a_cycle_away_from_the_start_ends() -> None:
+    """x moved for y, y for z, z for y: the chain stops when y comes round again."""
+    before = env(dist("x", "1"), dist("y", "1", "x==1", "z==1"), dist("z", "1", "y==1"))
+    after = env(dist("x", "2"), dist("y", "2", "x==2", "z==2"), dist("z", "2", "y==2"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert [c.package for c in got["x"].causes] == ["y", "z", "y"]
+
+
+def test_a_reinstalled_requirer_ends_the_chain() -> None:
+    """lib went back because app (reinstalled, same version) pins it: app is named, then stop."""
+    before = env(dist("lib", "2.0"), dist("app", "1.0", "lib<3", fingerprint="a"))
+    after = env(dist("lib", "1.0"), dist("app", "1.0", "lib<2", fingerprint="b"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert got["app"].kind is ChangeKind.REINSTALLED
+    assert got["lib"].causes == (Cause(canonicalize_name("app"), "1.0", "lib<2"),)
+
+
+def test_unchanged_requirers_are_ranked_by_name_not_by_path() -> None:
+    """Two unchanged requirers exclude the old version: the first by name ("a-z" before "a0",
+    although its dist-info directory a_z-... sorts after a0-...) is named."""
+    before = env(dist("lib", "2.0"), dist("a-z", "1", "lib<3"), dist("a0", "1", "lib<3"))
+    after = env(dist("lib", "1.0"), dist("a-z", "1", "lib<2"), dist("a0", "1", "lib<2"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert causes(got["lib"]) == [("a-z", "1", "lib<2")]
+
+
+def test_a_requirement_that_excludes_the_new_version_does_not_hide_the_next_one() -> None:
+    """app lists lib>=5 (unmet) and lib<2: the second is why lib went back to 1.0."""
+    before = env(dist("lib", "2.0"))
+    after = env(dist("lib", "1.0"), dist("app", "1", "lib>=5", "lib<2"))
+    got = by_name(diff_environments(before, after, platform=None)[0])
+    assert causes(got["lib"]) == [("app", "1", "lib<2")]

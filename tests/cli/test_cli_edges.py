@@ -4,8 +4,9 @@ The table the README describes, ``--no-cache`` neither reading nor writing (a po
 entry shows the difference), several ``--policy`` files combining in order, ``===raw`` pins in
 constraints, ``plan``'s exit 2, the gate's exit 1 on an incomplete image, exit 130 on
 Ctrl-C (a real SIGINT to a real process blocked on a socket), egg-info metadata read as
-``importlib.metadata`` reads it, and a root-level whiteout (``/.wh.opt``) removing ``/opt``.
-Images are written with ``tarfile`` into tmp_path.
+``importlib.metadata`` reads it, a root-level whiteout (``/.wh.opt``) removing ``/opt``, and
+a ``dir:`` walk that does not follow symlinks out of the root. Images are written with
+``tarfile`` into tmp_path.
 """
 
 from __future__ import annotations
@@ -326,3 +327,24 @@ def test_root_level_whiteout_removes_the_directory(tmp_path: Path) -> None:
     assert envs == ["/usr/local/lib/python3.12/site-packages"]
     removed = [(c.name, c.kind) for c in result.steps[-1].changes]
     assert removed == [("x", ChangeKind.REMOVED)]
+
+
+def test_dir_audit_does_not_follow_symlinks_out_of_the_root(tmp_path: Path) -> None:
+    """A symlinked directory or dist-info pointing outside the root is not read."""
+    outside = tmp_path / "outside"
+    for rel, data in Dist("escaped", "6.6.6", site="").files().items():
+        target = outside / rel.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    for rel, data in Dist("inside", "1.0", site="").files().items():
+        target = site / rel.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    (site / "escaped-6.6.6.dist-info").symlink_to(outside / "escaped-6.6.6.dist-info")
+    (site / "linked-tree").symlink_to(outside, target_is_directory=True)
+    result = audit_directory(str(venv))
+    names = sorted(d.name for e in result.final.environments for d in e.distributions)
+    assert names == ["inside"]

@@ -967,6 +967,23 @@ def test_junit_parses_back_one_case_per_rule_and_package(audit: Any, report_poli
     assert len(ids) == len(set(ids))
     expected = {(f"pinguard.{f['rule']}", f["package"]) for f in findings}
     assert set(ids) == expected
+    # ... and, written by hand from STEPS and REPORT_POLICY (no --target, no --verify-records):
+    assert set(ids) == {
+        ("pinguard.downgrade", "alpha"),  # 2.0 -> 1.0 at "downgrade"
+        ("pinguard.downgrade", "beta"),  # waived: still a (skipped) case
+        ("pinguard.downgrade", "nvidia-nccl-cu13"),  # oldtorch pins 2.29.7
+        ("pinguard.downgrade", "nvidia-cutlass-dsl"),  # oldtorch pins 4.2.1
+        ("pinguard.downgrade", "dupe"),  # the copied dupe-0.9.dist-info sorts first: 1.0 -> 0.9
+        ("pinguard.unmet-requirement", "gamma"),  # needy needs gamma>=2 (later's delta came)
+        ("pinguard.file-collision", "collide-a"),  # same-a/same-b write identical bytes
+        ("pinguard.duplicate-distribution", "dupe"),
+        ("pinguard.expired-waiver", "dupe"),
+        ("pinguard.pin-violation", "nvidia-nccl-cu13"),  # system site only; the venv has 2.30.3
+        ("pinguard.forbidden-version", "nvidia-nccl-cu13"),  # flashinfer's needs --target
+        ("pinguard.coupling", "nvidia-cutlass-dsl"),  # flashinfer 0.6.17 needs cutlass>=4.3
+        ("pinguard.unpinned-prerelease", "nightly-pinned"),  # no [[pin]] names it
+        ("pinguard.unpinned-prerelease", "nightly-loose"),
+    }
     case = {(c.get("classname"), c.get("name")): c for c in cases}
 
     nccl = case[("pinguard.downgrade", "nvidia-nccl-cu13")]

@@ -13,13 +13,15 @@ import base64
 import hashlib
 from dataclasses import replace
 
+from packaging.markers import Marker
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from pinguard.models import ChangeKind, Distribution, Severity
-from pinguard.policy.model import Coupling, Forbidden, Pin, RuleConfig, Scope
+from pinguard.policy.model import Coupling, Forbidden, Origin, Pin, RuleConfig, Scope
 from pinguard.policy.rules import (
     Facts,
+    Hit,
     coupling,
     downgrade,
     duplicate_distribution,
@@ -406,3 +408,352 @@ def test_duplicate_distribution_lists_paths_sorted() -> None:
         f"numpy is installed 2 times: 1.26 ({ENV}/numpy-1.26.dist-info), "
         f"2.0 ({ENV}/numpy-2.0.dist-info)"
     )
+
+
+# --------------------------------------------------------------------------- whole hits
+
+ORIGIN = Origin("p.toml", 7)
+WARN = Severity.WARNING
+
+
+def test_pin_violation_whole_hit_and_every_pin_is_checked() -> None:
+    """Each dist is checked against every pin, past pins for other names and satisfied ones."""
+    torch_pins = [
+        Pin(canonicalize_name("numpy"), SpecifierSet("<2")),
+        Pin(canonicalize_name("torch"), SpecifierSet(">=1")),
+        Pin(canonicalize_name("torch"), SpecifierSet(">=2.1"), "ABI", "", WARN, origin=ORIGIN),
+    ]
+    facts = Facts.of(
+        result(
+            environment(dist("attrs", "1.0"), dist("torch", "2.0")),
+            steps=[step(2, "", change("torch", ChangeKind.ADDED, None, "2.0"))],
+        )
+    )
+    assert list(pin_violation(facts, torch_pins)) == [
+        Hit(
+            "pin-violation",
+            "torch 2.0 does not satisfy the pin torch>=2.1 (ABI)",
+            "torch",
+            ENV,
+            2,
+            ("2.0",),
+            frozenset({"torch"}),
+            WARN,
+            ORIGIN,
+        )
+    ]
+    no_reason = [Pin(canonicalize_name("torch"), SpecifierSet(">=2.1"))]
+    (hit,) = pin_violation(facts, no_reason)
+    assert hit.message == "torch 2.0 does not satisfy the pin torch>=2.1"
+    assert (hit.severity, hit.origin) == (None, Origin())
+
+
+def test_forbidden_version_whole_hit_and_every_entry_is_checked() -> None:
+    """A non-PEP 440 dist first, then an entry for another name and one that does not match."""
+    entries = [
+        Forbidden(canonicalize_name("numpy"), SpecifierSet("==1.0"), "x"),
+        Forbidden(canonicalize_name("nccl"), SpecifierSet("==2.28"), "old"),
+        Forbidden(
+            canonicalize_name("nccl"), SpecifierSet("==2.29.7"), "fabric", "", WARN, origin=ORIGIN
+        ),
+    ]
+    facts = Facts.of(result(environment(dist("weird", "x-1"), dist("nccl", "2.29.7"))))
+    assert list(forbidden_version(facts, entries)) == [
+        Hit(
+            "forbidden-version",
+            "nccl 2.29.7 is forbidden (nccl==2.29.7): fabric",
+            "nccl",
+            ENV,
+            None,
+            ("2.29.7",),
+            frozenset({"nccl"}),
+            WARN,
+            ORIGIN,
+        )
+    ]
+
+
+def test_downgrade_whole_hit_and_later_changes_are_checked() -> None:
+    """An allowed downgrade and an upgrade come first; the one after them is still reported."""
+    facts = Facts.of(
+        result(
+            environment(dist("nccl", "2.29.7")),
+            steps=[
+                step(
+                    4,
+                    "",
+                    change("pip", ChangeKind.DOWNGRADED, "24", "23"),
+                    change("attrs", ChangeKind.UPGRADED, "1", "2"),
+                    change("nccl", ChangeKind.DOWNGRADED, "2.30.3", "2.29.7"),
+                ),
+            ],
+        )
+    )
+    config = replace(RULE, allow=frozenset({canonicalize_name("pip")}))
+    assert list(downgrade(facts, config)) == [
+        Hit(
+            "downgrade",
+            "step 4 moved nccl back from 2.30.3 to 2.29.7",
+            "nccl",
+            ENV,
+            4,
+            ("2.30.3", "2.29.7"),
+            frozenset({"nccl"}),
+        )
+    ]
+    listed = replace(RULE, packages=frozenset({canonicalize_name("nccl")}))
+    assert [h.package for h in downgrade(facts, listed)] == ["nccl"]
+
+
+def test_unpinned_prerelease_whole_hit_and_every_dist_is_checked() -> None:
+    """A final release and an exactly pinned rc come first; the loose rc is still reported."""
+    facts = Facts.of(
+        result(
+            environment(dist("a", "1.0"), dist("b", "2.0rc1"), dist("c", "0.3rc1")),
+            steps=[step(3, "", change("c", ChangeKind.ADDED, None, "0.3rc1"))],
+        )
+    )
+    pins = [
+        Pin(canonicalize_name("x"), SpecifierSet("==1")),
+        Pin(canonicalize_name("b"), SpecifierSet("==2.0rc1")),
+    ]
+    assert list(unpinned_prerelease(facts, pins)) == [
+        Hit(
+            "unpinned-prerelease",
+            "c 0.3rc1 is a pre-release and no pin names that exact version",
+            "c",
+            ENV,
+            3,
+            ("0.3rc1",),
+            frozenset({"c"}),
+        )
+    ]
+    scoped = [
+        Pin(canonicalize_name("b"), SpecifierSet("==2.0rc1"), scope=Scope(environments=("/x/*",)))
+    ]
+    assert sorted(str(h.package) for h in unpinned_prerelease(facts, scoped)) == ["b", "c"]
+
+
+def test_coupling_whole_hit_and_every_entry_is_checked() -> None:
+    """Entries for an absent package, out of scope, outside A's range and with B satisfied come
+    first; the broken pair after them is reported with the later of the two install steps."""
+    torch, nccl = canonicalize_name("torch"), canonicalize_name("nccl")
+    entries = [
+        Coupling(canonicalize_name("absent"), SpecifierSet(">=1"), nccl, SpecifierSet(">=1")),
+        Coupling(torch, SpecifierSet(">=2"), nccl, SpecifierSet(">=9"), scope=Scope(("/x/*",))),
+        Coupling(torch, SpecifierSet("<2"), nccl, SpecifierSet(">=9")),
+        Coupling(torch, SpecifierSet(">=2"), nccl, SpecifierSet(">=2.29")),
+        Coupling(
+            torch,
+            SpecifierSet(">=2.11"),
+            nccl,
+            SpecifierSet(">=2.30"),
+            "fabric",
+            "https://l",
+            WARN,
+            origin=ORIGIN,
+        ),
+    ]
+    facts = Facts.of(
+        result(
+            environment(dist("torch", "2.12.0rc1"), dist("nccl", "2.29.7")),
+            steps=[
+                step(2, "", change("torch", ChangeKind.ADDED, None, "2.12.0rc1")),
+                step(5, "", change("nccl", ChangeKind.ADDED, None, "2.29.7")),
+            ],
+        )
+    )
+    assert list(coupling(facts, entries)) == [
+        Hit(
+            "coupling",
+            "torch 2.12.0rc1 (in >=2.11) needs nccl>=2.30, but nccl is 2.29.7 (fabric; https://l)",
+            "nccl",
+            ENV,
+            5,
+            ("2.12.0rc1", "2.29.7"),
+            frozenset({"torch", "nccl"}),
+            WARN,
+            ORIGIN,
+        )
+    ]
+    alone = Facts.of(
+        result(
+            environment(dist("torch", "2.12.0rc1")),
+            steps=[step(2, "", change("torch", ChangeKind.ADDED, None, "2.12.0rc1"))],
+        )
+    )
+    (hit,) = coupling(alone, entries[-1:])
+    assert (hit.step, hit.versions) == (2, ("2.12.0rc1",))
+
+
+def test_unmet_in_an_environment_gone_at_the_end_is_dropped() -> None:
+    """The venv that held the unmet requirement was deleted by a later step."""
+    u = unmet("app", "1.0", "lib>=2", "1.0", env="/usr/lib/python3/dist-packages")
+    facts = Facts.of(result(environment(dist("app", "1.0")), steps=[step(1, "", unmet=[u])]))
+    assert list(unmet_requirement(facts)) == []
+
+
+def test_unmet_with_an_unparsable_requirement_is_kept() -> None:
+    """A requirement packaging cannot parse cannot be re-judged: it stays, named by its text."""
+    u = unmet("app", "1.0", "lib >= 2 ;; junk", None)
+    facts = Facts.of(result(environment(dist("app", "1.0")), steps=[step(3, "", unmet=[u])]))
+    (hit,) = unmet_requirement(facts)
+    assert (hit.package, hit.step) == ("app", 3)
+    assert hit.message.startswith("app 1.0 requires lib >= 2 ;; junk, but ")
+
+
+def test_unmet_later_keys_are_checked_after_a_dropped_one() -> None:
+    """The first unmet entry was fixed later; the second, still unmet, is reported."""
+    fixed = unmet("app", "1.0", "lib>=2", "1.0")
+    still = unmet("app", "1.0", "other>=3", "2.0")
+    final = environment(dist("app", "1.0"), dist("lib", "2.5"), dist("other", "2.0"))
+    facts = Facts.of(result(final, steps=[step(1, "", unmet=[fixed, still])]))
+    assert [h.package for h in unmet_requirement(facts)] == ["other"]
+
+
+def test_file_collision_whole_hits_with_a_same_name_pair_first() -> None:
+    """On one path: two alpha dist-infos (not a collision) and beta: two pairs with beta."""
+    alpha1 = dist("alpha", "1", record=[("m/x.so", A)])
+    alpha2 = dist("alpha", "2", record=[("m/x.so", B)])
+    beta = dist("beta", "1", record=[("m/x.so", C)])
+    facts = Facts.of(
+        result(
+            environment(alpha1, alpha2, beta),
+            steps=[
+                step(2, "", change("alpha", ChangeKind.ADDED, None, "1")),
+                step(4, "", change("beta", ChangeKind.ADDED, None, "1")),
+            ],
+        )
+    )
+    hits = list(file_collision(facts))
+    assert [(h.versions, h.step, h.environment) for h in hits] == [
+        (("1", "1"), 4, ENV),
+        (("2", "1"), 4, ENV),
+    ]
+    assert hits[0] == Hit(
+        "file-collision",
+        f"alpha 1 and beta 1 both install 1 file(s) with different content: {ENV}/m/x.so; "
+        "install order decides which one wins",
+        "alpha",
+        ENV,
+        4,
+        ("1", "1"),
+        frozenset({"alpha", "beta"}),
+    )
+
+
+def test_file_collision_with_exactly_three_paths_lists_them_all() -> None:
+    """Three colliding files are all shown, with no "and 0 more"."""
+    files = [f"m/{n}.py" for n in "abc"]
+    a = dist("alpha", "1", record=[(f, A) for f in files])
+    b = dist("beta", "1", record=[(f, B) for f in files])
+    (hit,) = file_collision(Facts.of(result(environment(a, b))))
+    assert hit.message.endswith(
+        f"3 file(s) with different content: {ENV}/m/a.py, {ENV}/m/b.py, {ENV}/m/c.py; "
+        "install order decides which one wins"
+    )
+
+
+def test_record_mismatch_reads_past_unhashed_and_outside_rows() -> None:
+    """An unhashed row and an unhashed-on-disk file outside the environment come first."""
+    d = dist("p", "1", record=[("p/RECORD", ""), ("p/a.py", A)])
+    d = replace(d, record=(("/usr/local/bin/p", A), *d.record))
+    facts = Facts.of(
+        result(environment(d), steps=[step(6, "", change("p", ChangeKind.ADDED, None, "1"))])
+    )
+    assert list(record_mismatch(facts, {f"{ENV}/p/a.py": B})) == [
+        Hit(
+            "record-mismatch",
+            f"p 1: files differ from RECORD: 1 changed ({ENV}/p/a.py)",
+            "p",
+            ENV,
+            6,
+            ("1",),
+            frozenset({"p"}),
+        )
+    ]
+
+
+def test_record_mismatch_exactly_three_and_more_than_three_missing() -> None:
+    """Three changed files are listed without "..."; four missing ones end with "..."."""
+    rows = [(f"p/{n}.py", A) for n in "abcdefg"]
+    d = dist("p", "1", record=rows)
+    actual = {f"{ENV}/p/{n}.py": B for n in "abc"}
+    (hit,) = record_mismatch(Facts.of(result(environment(d))), actual)
+    assert hit.message == (
+        f"p 1: files differ from RECORD: 3 changed ({ENV}/p/a.py, {ENV}/p/b.py, {ENV}/p/c.py); "
+        f"4 missing ({ENV}/p/d.py, {ENV}/p/e.py, {ENV}/p/f.py, ...)"
+    )
+    three_missing = {f"{ENV}/p/{n}.py": A for n in "abcd"}
+    (hit,) = record_mismatch(Facts.of(result(environment(d))), three_missing)
+    assert hit.message == (
+        f"p 1: files differ from RECORD: 3 missing ({ENV}/p/e.py, {ENV}/p/f.py, {ENV}/p/g.py)"
+    )
+
+
+def test_entry_scope_uses_the_image_platform_and_the_environments_python() -> None:
+    """Scopes are judged for the image (arm64, Python 3.12.7 here), not for the test machine."""
+    facts = Facts.of(result(environment(dist("torch", "2.0"))))  # linux/arm64, Python 3.12.7
+
+    def fires(scope: Scope) -> bool:
+        pin = Pin(canonicalize_name("torch"), SpecifierSet(">=3"), scope=scope)
+        return bool(list(pin_violation(facts, [pin])))
+
+    assert fires(Scope(platforms=("linux/arm64",)))
+    assert not fires(Scope(platforms=("linux/amd64",)))
+    assert fires(Scope(marker=Marker("platform_machine == 'aarch64'")))
+    assert not fires(Scope(marker=Marker("platform_machine == 'x86_64'")))
+    assert fires(Scope(marker=Marker("python_full_version == '3.12.7'")))
+    assert not fires(Scope(marker=Marker("python_version < '3.12'")))
+
+
+def test_duplicate_distribution_whole_hit_after_a_single_name() -> None:
+    """attrs (once) sorts before numpy (twice): numpy is still reported, with its last step."""
+    one = dist("numpy", "2.0")
+    two = dist("numpy", "1.26")
+    facts = Facts.of(
+        result(
+            environment(dist("attrs", "1"), one, two),
+            steps=[
+                step(2, "", change("numpy", ChangeKind.ADDED, None, "1.26")),
+                step(5, "", change("numpy", ChangeKind.UPGRADED, "1.26", "2.0")),
+            ],
+        )
+    )
+    assert list(duplicate_distribution(facts)) == [
+        Hit(
+            "duplicate-distribution",
+            f"numpy is installed 2 times: 1.26 ({ENV}/numpy-1.26.dist-info), "
+            f"2.0 ({ENV}/numpy-2.0.dist-info)",
+            "numpy",
+            ENV,
+            5,
+            ("1.26", "2.0"),
+            frozenset({"numpy"}),
+        )
+    ]
+
+
+def test_record_mismatch_checks_every_distribution() -> None:
+    """A clean distribution first; the changed one after it is reported."""
+    clean = dist("a", "1", record=[("a/x.py", A)])
+    changed = dist("b", "1", record=[("b/x.py", A)])
+    digests = {f"{ENV}/a/x.py": A, f"{ENV}/b/x.py": B}
+    hits = record_mismatch(Facts.of(result(environment(clean, changed))), digests)
+    assert [h.package for h in hits] == ["b"]
+
+
+def test_file_collision_step_is_the_later_of_the_two_installs() -> None:
+    """beta came at step 2, alpha at step 6: the collision is alpha's step."""
+    a = dist("alpha", "1", record=[("m/x.so", A)])
+    b = dist("beta", "1", record=[("m/x.so", B)])
+    facts = Facts.of(
+        result(
+            environment(a, b),
+            steps=[
+                step(2, "", change("beta", ChangeKind.ADDED, None, "1")),
+                step(6, "", change("alpha", ChangeKind.ADDED, None, "1")),
+            ],
+        )
+    )
+    assert [h.step for h in file_collision(facts)] == [6]

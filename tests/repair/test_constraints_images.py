@@ -454,6 +454,14 @@ def test_plan_predicts_what_the_real_build_did(
         if c.environment == SITE
     }
     assert predicted == built
+    # ... and equals what the scenario says step C does, written by hand in tests/infra/scenario.py
+    expected = next(s for s in STEPS if s.key == "C")
+    assert set(predicted) == {
+        (c.kind, c.name, c.before or "-", c.after or "-") for c in expected.changes
+    }
+    for c in expected.changes:
+        nearest = predicted[(c.kind, c.name, c.before or "-", c.after or "-")][:1]
+        assert [n.replace(" requires ", ": ", 1) for n in nearest] == ([c.cause] if c.cause else [])
     unmet = sorted(re.findall(r"^  unmet: (.*) \(installed: .*\)$", text, re.MULTILINE))
     assert unmet == sorted(f"{u.package} {u.version} requires {u.requirement}" for u in step.unmet)
 

@@ -31,6 +31,12 @@ def _applies(req: Requirement, env: Mapping[str, str]) -> bool:
 
 
 def _admits(req: Requirement, version: Version | None) -> bool:
+    """Whether ``req`` accepts an installed ``version``, pre-releases included, as pip check does.
+
+    ``prereleases=True`` is passed on purpose: packaging's default (``None``) changed meaning
+    in 26.0 (pypa/packaging#897) and pyproject allows packaging>=24, so relying on it would
+    judge an installed nightly differently depending on the packaging version.
+    """
     if version is None:
         return False
     return req.specifier.contains(version, prereleases=True)
