@@ -228,7 +228,7 @@ def build_result(
         for item in snap.incomplete:
             incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
-        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment))
+        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
         snapshots.append(snap)
         previous = snap
     image = ImageInfo(

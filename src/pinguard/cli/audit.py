@@ -14,12 +14,13 @@ from pinguard.cli.common import (
     add_policy_options,
     exit_code,
     judge,
+    load_policies,
     run_audit,
 )
 from pinguard.fileio import atomic_write
 from pinguard.models import AuditResult
 
-FORMATS = ("table", "json", "sarif", "junit", "markdown")
+FORMATS = ("table", "json", "sarif", "junit", "markdown", "html")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +56,15 @@ def render(result: AuditResult, args: argparse.Namespace, fmt: str) -> str:
         from pinguard.report import junit
 
         return junit.render(result, fail_on=fail_on)
+    if fmt == "html":
+        from pinguard.report import html
+
+        return html.render(
+            result,
+            fail_on=fail_on,
+            allow_incomplete=args.allow_incomplete,
+            watch=getattr(args, "watch", ()),
+        )
     if fmt == "markdown":
         from pinguard.report import markdown
 
@@ -68,7 +78,9 @@ def render(result: AuditResult, args: argparse.Namespace, fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = judge(run_audit(args, args.reference), args)
+    policy = load_policies(args.policy)
+    args.watch = tuple(sorted({p.package for p in policy.pins}))
+    result = judge(run_audit(args, args.reference), args, policy)
     if args.format == "table" and not args.output:
         from pinguard.report import table
 

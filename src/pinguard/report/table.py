@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pinguard.models import AuditResult, ChangeKind, Severity
+from pinguard.report.why import reasons
 
 _KIND_STYLE = {
     ChangeKind.ADDED: "green",
@@ -78,8 +79,8 @@ def render(
                 else (c.after or c.before or "")
             )
             why = "\n".join(
-                f"{'  ' * i}{x.package} {x.version} requires {x.requirement}"
-                for i, x in enumerate(c.causes)
+                f"{'  ' * i}{line}"
+                for i, line in enumerate(reasons(c.kind, c.name, c.causes, step.created_by))
             )
             row: list[str | Text] = [
                 c.name,

@@ -596,6 +596,25 @@ class RegistrySource(ImageSource):
     def _blob_url(self, digest: str) -> str:
         return f"{self.base_url}/v2/{self.ref.repository}/blobs/{digest}"
 
+    def platforms(self) -> tuple[Platform, ...]:
+        """The platforms of the index the reference names (one when it is an image)."""
+        body, content_type, digest = self._fetch_manifest(self.ref.manifest_reference)
+        what = f"{self.display} (manifest {digest})"
+        manifest, media_type = self._parse_manifest(body, content_type, what)
+        if media_type not in INDEX_TYPES:
+            return super().platforms()
+        found: list[Platform] = []
+        for desc in manifest.get("manifests") or []:
+            if not isinstance(desc, dict):
+                continue
+            annotations = desc.get("annotations") or {}
+            if isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type"):
+                continue
+            plat = descriptor_platform(desc)
+            if plat is not None and plat.os != "unknown" and plat not in found:
+                found.append(plat)
+        return tuple(found)
+
     def resolve(self) -> ResolvedImage:
         """Fetch the manifest (choosing a platform from an index) and the image config."""
         notes: list[str] = []
