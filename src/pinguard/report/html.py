@@ -107,11 +107,17 @@ def _versions(snapshot: Snapshot, path: str) -> dict[str, str]:
 
 
 def _timelines(
-    result: AuditResult, key: str, watch: Iterable[str], only: set[tuple[str, str]] | None
+    result: AuditResult,
+    key: str,
+    watch: Iterable[str],
+    only: set[tuple[str, str]] | None,
+    base_step: int | None = None,
 ) -> tuple[tuple[Timeline, ...], tuple[Column, ...]]:
+    """Timelines per environment, and every step as a column (for the step list). With
+    ``base_step``, the steps up to it are one "shared base" column (not re-reported)."""
     steps = result.steps
     snapshots = result.snapshots if len(result.snapshots) == len(steps) else ()
-    columns = tuple(
+    all_columns = tuple(
         Column(
             s.index,
             f"{key}-step-{s.index}",
@@ -122,12 +128,26 @@ def _timelines(
         )
         for s in steps
     )
+    first = sum(1 for s in steps if base_step is not None and s.index <= base_step)
+    columns = all_columns[first:]
+    if first:
+        columns = (
+            Column(
+                steps[first - 1].index,
+                f"{key}-step-{steps[first - 1].index}",
+                f"1\u2013{steps[first - 1].index} (shared base)",
+                "the layers both images share",
+                "",
+                False,
+            ),
+            *columns,
+        )
     flagged = {(f.environment, f.package) for f in result.findings if f.package}
     watched = set(watch)
     paths = sorted({e.path for snap in snapshots for e in snap.environments})
     timelines = []
     for n, path in enumerate(paths):
-        per_step = [_versions(snap, path) for snap in snapshots]
+        per_step = [_versions(snap, path) for snap in snapshots] or [{} for _ in steps]
         changed: dict[tuple[str, int], Cell] = {}
         unmet: dict[tuple[str, int], list[str]] = {}
         names: set[str] = set()
@@ -157,7 +177,11 @@ def _timelines(
         rows = []
         for name in sorted(names):
             cells = []
+            if first:
+                cells.append(Cell(per_step[first - 1].get(name, "")))
             for i, step in enumerate(steps):
+                if i < first:
+                    continue
                 cell = changed.get((name, step.index)) or Cell(per_step[i].get(name, ""))
                 notes = unmet.get((name, step.index))
                 if notes:
@@ -176,7 +200,7 @@ def _timelines(
                 len(env.distributions) if env else 0,
             )
         )
-    return tuple(timelines), columns
+    return tuple(timelines), all_columns
 
 
 def _side(
@@ -186,8 +210,9 @@ def _side(
     verdict: str,
     watch: Iterable[str] = (),
     only: set[tuple[str, str]] | None = None,
+    base_step: int | None = None,
 ) -> Side:
-    timelines, columns = _timelines(result, key, watch, only)
+    timelines, columns = _timelines(result, key, watch, only, base_step)
     image = result.image
     return Side(
         key,
@@ -321,8 +346,10 @@ def render_comparison(
         for d in cmp.differences
     ]
     sides = [
-        _side(cmp.a, "a", "A", cmp.a.verdict(fail_on, allow_incomplete), watch, only),
-        _side(cmp.b, "b", "B", verdict, watch, only),  # B's own steps, filtered
+        _side(
+            cmp.a, "a", "A", cmp.a.verdict(fail_on, allow_incomplete), watch, only, cmp.base.step_a
+        ),
+        _side(cmp.b, "b", "B", verdict, watch, only, cmp.base.step_b),  # B's own steps
     ]
     return _page(
         {
