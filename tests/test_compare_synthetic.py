@@ -261,3 +261,15 @@ def test_sarif_and_junit_carry_the_direction_findings(
         if c.get("classname") == "pinguard.downgrade" and c.find("failure") is not None
     )
     assert failed == ["nvidia-cutlass-dsl", "nvidia-nccl-cu13"]
+
+
+def test_compare_offers_the_compare_registry() -> None:
+    """`pinguard compare --format` offers exactly COMPARE_FORMATS, table first."""
+    from pinguard.cli import build_parser
+    from pinguard.report.formats import COMPARE_FORMATS
+
+    assert list(COMPARE_FORMATS) == ["table", "json", "markdown", "html", "sarif", "junit"]
+    parser = build_parser()
+    assert parser.parse_args(["compare", "a:1", "b:1"]).format == "table"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["compare", "a:1", "b:1", "--format", "xml"])

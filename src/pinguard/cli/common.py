@@ -164,6 +164,11 @@ def load_policies(paths: Sequence[str]) -> Any:
     return load_policy(found) if found is not None else default_policy()
 
 
+def pinned(policy: Any) -> tuple[str, ...]:
+    """The packages a policy pins, sorted: rows the HTML timeline always shows."""
+    return tuple(sorted({str(p.package) for p in policy.pins}))
+
+
 def judge(result: AuditResult, args: argparse.Namespace, policy: Any = None) -> AuditResult:
     """Apply the policy (given, or from files, discovered, or the built-in default)."""
     import dataclasses

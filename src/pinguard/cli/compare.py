@@ -9,8 +9,9 @@ format and exits as ``audit`` does: 0 pass, 1 findings at or above ``--fail-on``
 from __future__ import annotations
 
 import argparse
-import io
+import dataclasses
 import sys
+from typing import Any
 
 from rich.console import Console
 
@@ -20,20 +21,20 @@ from pinguard.audit.compare import (
     compare_images,
     compare_platforms,
 )
+from pinguard.cli.audit import render_options
 from pinguard.cli.common import (
-    FAIL_ON,
     add_image_options,
     add_policy_options,
     judge,
     load_policies,
     parse_platform,
+    pinned,
     run_audit,
 )
 from pinguard.errors import UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import Platform
-
-FORMATS = ("table", "json", "markdown", "html", "sarif", "junit")
+from pinguard.report.formats import COMPARE_FORMATS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="P,P|all",
         help="compare these platforms of one REF (comma-separated), or every platform",
     )
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     add_image_options(p)
     add_policy_options(p)
@@ -79,11 +80,10 @@ def _platforms(args: argparse.Namespace, reference: str) -> list[Platform]:
     return platforms
 
 
-def build(args: argparse.Namespace) -> Comparison | PlatformComparison:
-    """Audit, compare and judge what the command line asks for."""
+def build(args: argparse.Namespace) -> tuple[Comparison | PlatformComparison, Any]:
+    """Audit, compare and judge what the command line asks for; also the policy used."""
     refs = list(args.references)
     policy = load_policies(args.policy)
-    args.watch = tuple(sorted({p.package for p in policy.pins}))
     if args.platforms is not None:
         if len(refs) != 1:
             raise UsageError("--platforms compares the platforms of one REF; give exactly one")
@@ -94,7 +94,7 @@ def build(args: argparse.Namespace) -> Comparison | PlatformComparison:
         for platform in platforms:
             one = argparse.Namespace(**{**vars(args), "platform": str(platform)})
             results.append(judge(run_audit(one, refs[0]), one, policy))
-        return compare_platforms(refs[0], platforms, results)
+        return compare_platforms(refs[0], platforms, results), policy
     if len(refs) != 2:
         raise UsageError(
             f"compare needs two references (REF_A REF_B) or one with --platforms; got {len(refs)}"
@@ -103,70 +103,21 @@ def build(args: argparse.Namespace) -> Comparison | PlatformComparison:
     b = run_audit(args, refs[1])
     cmp = compare_images(a, b)
     findings = judge(cmp.directional(), args, policy).findings
-    return Comparison(cmp.a, cmp.b, cmp.base, cmp.environments, cmp.differences, findings)
-
-
-def render(cmp: Comparison | PlatformComparison, args: argparse.Namespace, fmt: str) -> str:
-    fail_on = FAIL_ON[args.fail_on]
-    allow = args.allow_incomplete
-    if fmt == "json":
-        from pinguard.report.compare import render_json
-
-        return render_json(cmp, fail_on=fail_on, allow_incomplete=allow)
-    if fmt == "markdown":
-        from pinguard.report.compare import render_markdown
-
-        return render_markdown(cmp, fail_on=fail_on, allow_incomplete=allow)
-    if fmt == "html":
-        from pinguard.report.html import render_comparison
-
-        return render_comparison(
-            cmp, fail_on=fail_on, allow_incomplete=allow, watch=getattr(args, "watch", ())
-        )
-    if fmt in {"sarif", "junit"}:
-        if isinstance(cmp, PlatformComparison):
-            import dataclasses
-
-            # one document over every platform: the last platform's image, each finding
-            # labelled with the platform it was found on
-            merged = dataclasses.replace(
-                cmp.results[-1],
-                findings=tuple(
-                    dataclasses.replace(f, message=f"[{p}] {f.message}") for p, f in cmp.findings
-                ),
-                incomplete=cmp.incomplete,
-            )
-        else:
-            merged = cmp.directional()
-        if fmt == "sarif":
-            from pinguard.report import sarif
-
-            return sarif.render(merged)
-        from pinguard.report import junit
-
-        return junit.render(merged, fail_on=fail_on)
-    from pinguard.report.compare import render_table
-
-    buf = io.StringIO()
-    console = Console(file=buf, width=160, force_terminal=False, soft_wrap=False)
-    render_table(cmp, console, fail_on=fail_on, allow_incomplete=allow)
-    return buf.getvalue()
+    return dataclasses.replace(cmp, findings=findings), policy
 
 
 def run(args: argparse.Namespace) -> int:
-    cmp = build(args)
+    cmp, policy = build(args)
+    options = render_options(args, pinned(policy))
     if args.format == "table" and not args.output:
-        from pinguard.report.compare import render_table
+        from pinguard.report.compare import draw_table
 
-        console = Console() if sys.stdout.isatty() else Console(width=160)
-        render_table(
-            cmp, console, fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete
-        )
+        console = Console() if sys.stdout.isatty() else Console(width=options.width)
+        draw_table(cmp, console, options)
     else:
-        text = render(cmp, args, args.format)
+        text = COMPARE_FORMATS[args.format](cmp, options)
         if args.output:
             atomic_write(args.output, text)
         else:
             sys.stdout.write(text)
-    verdict = cmp.verdict(FAIL_ON[args.fail_on], args.allow_incomplete)
-    return 0 if verdict == "pass" else 1
+    return 0 if cmp.verdict(options.fail_on, options.allow_incomplete) == "pass" else 1

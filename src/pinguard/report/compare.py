@@ -10,6 +10,8 @@ chain in B, else what that step asked for). SARIF and JUnit reuse the audit rend
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 from typing import Any
 
@@ -24,9 +26,10 @@ from pinguard.audit.compare import (
     PlatformComparison,
     SharedBase,
 )
-from pinguard.models import ChangeKind, Finding, ImageInfo, Severity
+from pinguard.models import AuditResult, ChangeKind, Finding, ImageInfo
 from pinguard.report.json import finding_dict, finding_sort_key
 from pinguard.report.markdown import _cell, _code
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.table import _KIND_STYLE, _SEV_STYLE, _short
 from pinguard.report.why import reasons
 
@@ -69,14 +72,11 @@ def _image(info: ImageInfo) -> dict[str, Any]:
 
 
 def to_dict(
-    cmp: Comparison | PlatformComparison,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> dict[str, Any]:
     """The ``pinguard/compare/v1`` document of a comparison."""
     incomplete = [{"what": i.what, "why": i.why} for i in cmp.incomplete]
-    verdict = cmp.verdict(fail_on, allow_incomplete)
+    verdict = cmp.verdict(options.fail_on, options.allow_incomplete)
     if isinstance(cmp, PlatformComparison):
         names = [str(p) for p in cmp.platforms]
         return {
@@ -143,13 +143,10 @@ def to_dict(
 
 
 def render_json(
-    cmp: Comparison | PlatformComparison,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> str:
-    doc = to_dict(cmp, fail_on=fail_on, allow_incomplete=allow_incomplete)
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    """The JSON document, indented; the same comparison always gives the same bytes."""
+    return json.dumps(to_dict(cmp, options), indent=2) + "\n"
 
 
 # --------------------------------------------------------------------------- table
@@ -183,11 +180,19 @@ def _findings_table(console: Console, items: list[tuple[str, Finding]]) -> None:
 
 
 def render_table(
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
+) -> str:
+    """The tables as plain text, ``options.width`` columns wide."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=options.width, force_terminal=False, soft_wrap=False)
+    draw_table(cmp, console, options)
+    return buf.getvalue()
+
+
+def draw_table(
     cmp: Comparison | PlatformComparison,
     console: Console,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
+    options: RenderOptions = DEFAULT_OPTIONS,
 ) -> None:
     """Draw the comparison onto ``console``."""
     if isinstance(cmp, PlatformComparison):
@@ -257,20 +262,17 @@ def render_table(
         _findings_table(console, [("", f) for f in sorted(cmp.findings, key=finding_sort_key)])
     for item in cmp.incomplete:
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
-    _verdict_line(console, cmp.verdict(fail_on, allow_incomplete))
+    _verdict_line(console, cmp.verdict(options.fail_on, options.allow_incomplete))
 
 
 # --------------------------------------------------------------------------- Markdown
 
 
 def render_markdown(
-    cmp: Comparison | PlatformComparison,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> str:
     """A pull-request comment: verdict first, then the differing rows, then findings."""
-    verdict = cmp.verdict(fail_on, allow_incomplete)
+    verdict = cmp.verdict(options.fail_on, options.allow_incomplete)
     mark = ":x:" if verdict == "fail" else ":white_check_mark:"
     lines: list[str]
     if isinstance(cmp, PlatformComparison):
@@ -326,3 +328,32 @@ def render_markdown(
         lines += ["", "**Could not be read** (the gate cannot pass while these remain):", ""]
         lines += [f"- {_cell(i.what)}: {_cell(i.why)}" for i in cmp.incomplete]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- SARIF, JUnit
+
+
+def as_result(cmp: Comparison | PlatformComparison) -> AuditResult:
+    """One judged ``AuditResult`` for the audit's SARIF and JUnit renderers: B with the
+    A -> B differences, or, for platforms, the last platform's image carrying every
+    platform's findings, each message prefixed with its platform."""
+    if isinstance(cmp, Comparison):
+        return cmp.directional()
+    findings = tuple(dataclasses.replace(f, message=f"[{p}] {f.message}") for p, f in cmp.findings)
+    return dataclasses.replace(cmp.results[-1], findings=findings, incomplete=cmp.incomplete)
+
+
+def render_sarif(
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
+) -> str:
+    from pinguard.report import sarif
+
+    return sarif.render(as_result(cmp), options)
+
+
+def render_junit(
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
+) -> str:
+    from pinguard.report import junit
+
+    return junit.render(as_result(cmp), options)

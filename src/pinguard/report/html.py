@@ -22,9 +22,10 @@ import jinja2
 
 from pinguard import __version__
 from pinguard.audit.compare import Comparison, PlatformComparison
-from pinguard.models import AuditResult, ChangeKind, Finding, Severity, Snapshot
+from pinguard.models import AuditResult, ChangeKind, Finding, Snapshot
 from pinguard.report.compare import base_text, difference_reasons, step_label
 from pinguard.report.json import finding_sort_key
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.why import reasons
 
 _MARK = {
@@ -261,16 +262,11 @@ def _page(context: Mapping[str, Any]) -> str:
     return _environment().get_template("report.html.j2").render(version=__version__, **context)
 
 
-def render(
-    result: AuditResult,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
-    watch: Iterable[str] = (),
-) -> str:
-    """The HTML report of one audit; ``watch`` adds rows (the policy's pinned packages)."""
-    verdict = result.verdict(fail_on, allow_incomplete)
-    side = _side(result, "a", "", verdict, watch)
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The HTML report of one audit; ``options.watch`` adds rows (the policy's pins)."""
+    fail_on = options.fail_on
+    verdict = result.verdict(fail_on, options.allow_incomplete)
+    side = _side(result, "a", "", verdict, options.watch)
     return _page(
         {
             "mode": "audit",
@@ -285,16 +281,12 @@ def render(
 
 
 def render_comparison(
-    cmp: Comparison | PlatformComparison,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
-    watch: Iterable[str] = (),
+    cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> str:
     """The HTML report of a comparison (two images side by side, or one column per platform)."""
+    fail_on, allow_incomplete, watch = options.fail_on, options.allow_incomplete, options.watch
     verdict = cmp.verdict(fail_on, allow_incomplete)
     incomplete = [(i.what, i.why) for i in cmp.incomplete]
-    watch = tuple(watch)
     if isinstance(cmp, PlatformComparison):
         names = [str(p) for p in cmp.platforms]
         only = {(r.environment, r.name) for r in cmp.rows} | {

@@ -1,0 +1,43 @@
+"""The registries of output formats: ``FORMATS`` maps an audit's ``--format`` name to its
+renderer, ``COMPARE_FORMATS`` does the same for ``pinguard compare``.
+
+Adding a format is adding a module to ``pinguard.report`` whose ``render(result, options)``
+follows the ``Renderer`` protocol, and one entry here; the CLI offers every key of
+``FORMATS`` (in this order) and calls the renderer without knowing anything about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pinguard.models import AuditResult
+from pinguard.report import compare, html, json, junit, markdown, sarif, table
+from pinguard.report.options import DEFAULT_OPTIONS, CompareRenderer, Renderer, RenderOptions
+
+FORMATS: Mapping[str, Renderer] = {
+    "table": table.render,
+    "json": json.render,
+    "sarif": sarif.render,
+    "junit": junit.render,
+    "markdown": markdown.render,
+    "html": html.render,
+}
+
+
+COMPARE_FORMATS: Mapping[str, CompareRenderer] = {
+    "table": compare.render_table,
+    "json": compare.render_json,
+    "markdown": compare.render_markdown,
+    "html": html.render_comparison,
+    "sarif": compare.render_sarif,
+    "junit": compare.render_junit,
+}
+
+
+def render(fmt: str, result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The report of ``result`` in format ``fmt`` (a key of ``FORMATS``)."""
+    try:
+        renderer = FORMATS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}") from None
+    return renderer(result, options)
