@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.errors import UsageError
@@ -102,7 +109,7 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
 
 
 class _RichProgress:
-    """Draws one bar per layer on stderr."""
+    """Draws one bar per layer on stderr, advancing as bytes flow, with rate and ETA."""
 
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
@@ -110,6 +117,7 @@ class _RichProgress:
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
+            TimeRemainingColumn(),
             console=console,
             transient=True,
         )

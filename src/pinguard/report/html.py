@@ -96,9 +96,10 @@ class Side:
 
 def _short(command: str, width: int = 80) -> str:
     text = " ".join(command.split())
-    for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
+    for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c ", "RUN /bin/sh -c "):
         if text.startswith(prefix):
             text = text[len(prefix) :]
+    text = text.removesuffix(" # buildkit")
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
