@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from examples.make_demo_image import build_demo, demo_layers, write_oci_archive  # noqa: E402
+from tests.infra.browser import open_browser  # noqa: E402
 
 from pinguard.cli import main as pinguard  # noqa: E402
-from tests.infra.browser import open_browser  # noqa: E402
 
 NCCL_CELL = 'td.k-downgraded[title*="nvidia-nccl-cu13==2.29.7"] summary'
 
