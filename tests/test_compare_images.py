@@ -108,10 +108,10 @@ def test_bad_to_good_has_no_downgrade_of_nccl(
 
 
 def test_compare_and_audit_html_of_the_story_in_a_browser(
-    good_image_registry: str, bad_image_registry: str, tmp_path: Path
+    scenario: Scenario, good_image_registry: str, bad_image_registry: str, tmp_path: Path
 ) -> None:
     """The compare report of good -> bad marks NCCL's cell at step C downgraded with its
-    cause; the audit report of bad does too; both show FAIL."""
+    cause; the audit report of bad does too, and marks vllm's unmet torch pin; both FAIL."""
     from selenium.webdriver.common.by import By
 
     compare = tmp_path / "compare.html"
@@ -144,6 +144,15 @@ def test_compare_and_audit_html_of_the_story_in_a_browser(
             assert cell.text.startswith("▼ 2.29.7")
             cell.find_element(By.TAG_NAME, "summary").click()
             assert "torch 2.12.1 requires nvidia-nccl-cu13==2.29.7" in cell.text
+            if page == audit:
+                # vllm's torch==2.11.0 is left unmet by step C: that cell carries the badge
+                unmet = driver.find_element(
+                    By.CSS_SELECTOR,
+                    f'tr[data-package="vllm"] td[data-step="{scenario.bad.history_index("C")}"]',
+                )
+                assert "unmet" in unmet.get_attribute("class")
+                assert "unmet" in unmet.text
+                assert "requires torch==2.11.0, 2.12.1 installed" in unmet.get_attribute("title")
             keep_screenshot(driver, tmp_path, name)
 
 

@@ -273,3 +273,26 @@ def test_compare_offers_the_compare_registry() -> None:
     assert parser.parse_args(["compare", "a:1", "b:1"]).format == "table"
     with pytest.raises(SystemExit):
         parser.parse_args(["compare", "a:1", "b:1", "--format", "xml"])
+
+
+def test_two_directories_share_no_base(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dir: sides have no layers in common (their pseudo-layers have the same name), and
+    the upgrade between them is reported at their one step."""
+    for side, version in (("a", "3.16.0"), ("b", "3.16.1")):
+        info = tmp_path / side / "lib/python3.12/site-packages" / f"filelock-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: filelock\nVersion: {version}\n"
+        )
+    code, doc = _json(capsys, f"dir:{tmp_path / 'a'}", f"dir:{tmp_path / 'b'}")
+    assert doc["shared_base"]["layers"] == 0
+    (diff,) = doc["differences"]
+    assert (diff["name"], diff["kind"], diff["a"], diff["b"], diff["step"]) == (
+        "filelock",
+        "upgraded",
+        "3.16.0",
+        "3.16.1",
+        1,
+    )
+    assert diff["in_shared_base"] is False
+    assert code == 0

@@ -138,7 +138,10 @@ def _layer_ids(result: AuditResult) -> list[tuple[str, Step]]:
 
 
 def shared_base(a: AuditResult, b: AuditResult) -> SharedBase:
-    """The longest common prefix of the layer stacks of ``a`` and ``b``."""
+    """The longest common prefix of the layer stacks of ``a`` and ``b`` (a directory on
+    disk has no layers to share: its one pseudo-layer is named after the transport)."""
+    if "dir" in {a.image.transport, b.image.transport}:
+        return SharedBase(0, None, None, None)
     la, lb = _layer_ids(a), _layer_ids(b)
     n = 0
     while n < len(la) and n < len(lb) and la[n][0] == lb[n][0]:
