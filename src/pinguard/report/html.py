@@ -26,7 +26,7 @@ from pinguard.models import AuditResult, ChangeKind, Finding, Snapshot
 from pinguard.report.compare import base_text, difference_reasons, step_label
 from pinguard.report.json import finding_sort_key
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.why import reasons
+from pinguard.report.why import command_text, reasons
 
 _MARK = {
     ChangeKind.ADDED: "+",
@@ -95,11 +95,7 @@ class Side:
 
 
 def _short(command: str, width: int = 80) -> str:
-    text = " ".join(command.split())
-    for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c ", "RUN /bin/sh -c "):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-    text = text.removesuffix(" # buildkit")
+    text = command_text(command)
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 

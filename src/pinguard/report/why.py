@@ -20,6 +20,13 @@ from pinguard.models import Cause, ChangeKind
 ASKED = "asked for by this step"
 
 
+def command_text(created_by: str) -> str:
+    """A history entry's shell text without ``RUN``, ARG prefixes, ``/bin/sh -c``, ``#(nop)``."""
+    from pinguard.repair.resolve.command import strip_history_prefix
+
+    return " ".join(strip_history_prefix(created_by).split())
+
+
 @lru_cache(maxsize=256)
 def asked_for(created_by: str) -> Mapping[str, str]:
     """{normalized name: requirement as written} for every install in a history command."""
@@ -49,7 +56,7 @@ def reasons(
         return [f"{ASKED} ({requested})"]
     if kind is ChangeKind.REMOVED and "uninstall" in created_by:
         return ["uninstalled by this step"]
-    command = " ".join(created_by.split()).removeprefix("/bin/sh -c ").removeprefix("#(nop) ")
+    command = command_text(created_by)
     if not command:
         return ["made by this step (no installed requirement asks for it)"]
     short = command if len(command) <= 60 else command[:59] + "\u2026"
