@@ -1,7 +1,7 @@
 """The HTML report, opened in headless Chromium: what a person sees, with scripts on and off.
 
 Images are synthetic OCI archives and layouts written in tmp_path (the real-image versions
-are in tests/test_compare_images.py). Each test keeps a screenshot: under the pytest tmp dir
+are in tests/audit/test_compare_images.py). Each test keeps a screenshot: under the pytest tmp dir
 and copied to ``$PINGUARD_TEST_ARTIFACTS`` (default ``build/test-artifacts/``).
 """
 
@@ -17,9 +17,9 @@ import pytest
 from examples.make_demo_image import build_demo, demo_layers, write_oci_archive
 
 from pinguard.cli import main
+from tests.audit.test_compare import EMPTY, _platform_layers
 from tests.infra.browser import open_browser
 from tests.infra.registry import build_oci_layout
-from tests.test_compare_synthetic import EMPTY, _platform_layers
 
 NCCL = "nvidia-nccl-cu13"
 ARTIFACTS = Path(

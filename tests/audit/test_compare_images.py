@@ -29,7 +29,7 @@ from tests.report.test_html_browser import keep_screenshot
 pytestmark = pytest.mark.integration
 
 SCHEMA = json.loads(
-    (Path(__file__).parents[1] / "src/pinguard/schemas/compare-v1.schema.json").read_text()
+    (Path(__file__).parents[2] / "src/pinguard/schemas/compare-v1.schema.json").read_text()
 )
 LINUX = '; platform_system == "Linux"'
 

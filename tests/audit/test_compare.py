@@ -15,7 +15,7 @@ from pinguard.cli import main
 from pinguard.models import ChangeKind
 from tests.infra.registry import build_oci_layout
 
-SCHEMA = Path(__file__).parents[1] / "src/pinguard/schemas/compare-v1.schema.json"
+SCHEMA = Path(__file__).parents[2] / "src/pinguard/schemas/compare-v1.schema.json"
 SITE = "usr/local/lib/python3.12/site-packages"
 EMPTY = {1: "ENV PIP_NO_CACHE_DIR=1"}
 
@@ -246,7 +246,9 @@ def test_sarif_and_junit_carry_the_direction_findings(
 
     _code, text = _out(capsys, *before_after, "--format", "sarif")
     doc = json.loads(text)
-    schema = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+    schema = json.loads(
+        (Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json").read_text()
+    )
     jsonschema.validate(doc, schema)
     results = doc["runs"][0]["results"]
     assert sorted(r["properties"]["package"] for r in results if r["ruleId"] == "downgrade") == [
