@@ -10,6 +10,7 @@ Usage: ``.venv/bin/python scripts/docs_screenshots.py [OUT_DIR]``.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +27,7 @@ NCCL_CELL = 'td.k-downgraded[title*="nvidia-nccl-cu13==2.29.7"] summary'
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "img"
+    out = (Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "img").resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pinguard-docs-") as tmp:
         work = Path(tmp)
@@ -34,12 +35,13 @@ def main(argv: list[str]) -> int:
         build_demo(demo, tag="2026-11-29")
         empty = {1: "ENV PIP_NO_CACHE_DIR=1", 3: "LABEL org.opencontainers.image.title=glm-serving"}
         write_oci_archive(demo_layers()[:3], before, tag="2026-11-22", empty_steps=empty)
+        os.chdir(work)  # relative references, so the pictures show no temporary path
         pages = {
-            "report-audit": ["audit", f"oci-archive:{demo}:2026-11-29"],
+            "report-audit": ["audit", "oci-archive:demo.tar:2026-11-29"],
             "report-compare": [
                 "compare",
-                f"oci-archive:{before}:2026-11-22",
-                f"oci-archive:{demo}:2026-11-29",
+                "oci-archive:before.tar:2026-11-22",
+                "oci-archive:demo.tar:2026-11-29",
             ],
         }
         from selenium.webdriver.common.by import By
