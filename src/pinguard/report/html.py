@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from pinguard import __version__
 from pinguard.audit.compare import Comparison, PlatformComparison
@@ -27,6 +25,9 @@ from pinguard.report.compare import base_text, difference_reasons, step_label
 from pinguard.report.json import finding_sort_key
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.why import command_text, reasons
+
+if TYPE_CHECKING:
+    import jinja2
 
 _MARK = {
     ChangeKind.ADDED: "+",
@@ -242,8 +243,12 @@ _ENV: jinja2.Environment | None = None
 
 
 def _environment() -> jinja2.Environment:
+    """The template environment, made on first use: Jinja2 is imported only when an HTML
+    report is rendered, so the guard's zipapp (which ships without it) never needs it."""
     global _ENV  # noqa: PLW0603 - one template environment per process
     if _ENV is None:
+        import jinja2
+
         _ENV = jinja2.Environment(
             loader=jinja2.PackageLoader("pinguard.report", "templates"),
             autoescape=True,
