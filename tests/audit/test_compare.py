@@ -13,9 +13,10 @@ from pinguard.audit.compare import compare_images
 from pinguard.audit.pipeline import audit_image
 from pinguard.cli import main
 from pinguard.models import ChangeKind
+from tests.infra.paths import COMPARE_SCHEMA, SARIF_SCHEMA
 from tests.infra.registry import build_oci_layout
 
-SCHEMA = Path(__file__).parents[2] / "src/pinguard/schemas/compare-v1.schema.json"
+SCHEMA = COMPARE_SCHEMA
 SITE = "usr/local/lib/python3.12/site-packages"
 EMPTY = {1: "ENV PIP_NO_CACHE_DIR=1"}
 
@@ -42,6 +43,7 @@ def test_nightly_step_differences_have_b_steps_and_causes(before_after: tuple[st
     a, b = (audit_image(r) for r in before_after)
     cmp = compare_images(a, b)
     assert (cmp.base.layers, cmp.base.step_a, cmp.base.step_b) == (3, 4, 4)
+    assert cmp.base.created_by == "RUN /bin/sh -c pip install numpy==2.3.5 # buildkit"
     got = {d.name: (d.kind, d.a, d.b, d.step) for d in cmp.differences}
     assert got == {
         "flashinfer-python": (ChangeKind.ADDED, None, "0.6.18.dev20261120", 5),
@@ -218,7 +220,10 @@ def test_table_names_the_base_and_each_reason(
     """The terminal table names the shared base once and gives every row a reason."""
     code, text = _out(capsys, *before_after)
     assert code == 1
-    assert "shared base: 3 layer(s), through step 4 of A and step 4 of B" in text
+    assert (
+        "shared base: 3 layer(s), through step 4 of A and step 4 of B (pip install numpy==2.3.5;"
+        in text
+    )
     rows = [line for line in text.splitlines() if "flashinfer-python" in line]
     assert "asked for by this" in rows[0]  # the cell wraps; its first line is enough
     assert "torch 2.12.1+cu130" in text
@@ -246,9 +251,7 @@ def test_sarif_and_junit_carry_the_direction_findings(
 
     _code, text = _out(capsys, *before_after, "--format", "sarif")
     doc = json.loads(text)
-    schema = json.loads(
-        (Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json").read_text()
-    )
+    schema = json.loads(SARIF_SCHEMA.read_text())
     jsonschema.validate(doc, schema)
     results = doc["runs"][0]["results"]
     assert sorted(r["properties"]["package"] for r in results if r["ruleId"] == "downgrade") == [

@@ -21,6 +21,7 @@ from pinguard.cli import main
 from tests.conftest import require_build_tools
 from tests.infra.browser import open_browser
 from tests.infra.build import image_config
+from tests.infra.paths import COMPARE_SCHEMA
 from tests.infra.registry import RegistryServer
 from tests.infra.scenario import SITE, Scenario
 from tests.infra.wheels import WheelSpec, build_wheel
@@ -28,9 +29,7 @@ from tests.report.test_html_browser import keep_screenshot
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = json.loads(
-    (Path(__file__).parents[2] / "src/pinguard/schemas/compare-v1.schema.json").read_text()
-)
+SCHEMA = json.loads(COMPARE_SCHEMA.read_text())
 LINUX = '; platform_system == "Linux"'
 
 

@@ -19,12 +19,11 @@ from examples.make_demo_image import build_demo, demo_layers, write_oci_archive
 from pinguard.cli import main
 from tests.audit.test_compare import EMPTY, _platform_layers
 from tests.infra.browser import open_browser
+from tests.infra.paths import ARTIFACTS as DEFAULT_ARTIFACTS
 from tests.infra.registry import build_oci_layout
 
 NCCL = "nvidia-nccl-cu13"
-ARTIFACTS = Path(
-    os.environ.get("PINGUARD_TEST_ARTIFACTS", Path(__file__).parents[2] / "build/test-artifacts")
-)
+ARTIFACTS = Path(os.environ.get("PINGUARD_TEST_ARTIFACTS", DEFAULT_ARTIFACTS))
 
 
 def keep_screenshot(driver: Any, tmp_path: Path, name: str) -> Path:

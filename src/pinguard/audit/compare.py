@@ -45,7 +45,7 @@ class SharedBase:
     step_a: int | None  # history index of A's last step inside the shared base
     step_b: int | None  # the same for B
     last_layer: str | None  # digest of the last shared layer
-    created_by: str = ""  # what B's last shared step ran
+    created_by: str = ""  # what B's last step inside the base ran
 
     def contains(self, step: int | None) -> bool:
         """Whether B's step ``step`` lies inside the shared base."""

@@ -31,7 +31,7 @@ from pinguard.report.json import finding_dict, finding_sort_key
 from pinguard.report.markdown import _cell, _code
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.table import _KIND_STYLE, _SEV_STYLE, _short
-from pinguard.report.why import reasons
+from pinguard.report.why import command_text, reasons
 
 
 def difference_reasons(cmp: Comparison, d: Difference) -> list[str]:
@@ -53,9 +53,12 @@ def base_text(base: SharedBase) -> str:
     """One sentence naming the shared base."""
     if not base.layers:
         return "no shared base: the images share no leading layer"
+    last = command_text(base.created_by)
+    last = last if len(last) <= 60 else last[:59] + "\u2026"
     return (
         f"shared base: {base.layers} layer(s), through step {base.step_a} of A and step "
-        f"{base.step_b} of B (last layer {base.last_layer}); not re-reported"
+        f"{base.step_b} of B ({last or 'no command'}; last layer {base.last_layer}); "
+        "not re-reported"
     )
 
 
@@ -114,6 +117,7 @@ def to_dict(
             "step_a": base.step_a,
             "step_b": base.step_b,
             "last_layer": base.last_layer,
+            "created_by": base.created_by,
         },
         "environments": [
             {"path": m.path, "in_a": m.in_a, "in_b": m.in_b} for m in cmp.environments
