@@ -21,7 +21,6 @@ from packaging.utils import canonicalize_name
 
 from pinguard.audit.diff import diff_environments, unmet_requirements
 from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform
-from pinguard.target import marker_environment
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 

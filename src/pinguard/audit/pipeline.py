@@ -88,14 +88,41 @@ def _analyze_tree(layer: LayerRef, analyzers: Analyzers) -> LayerAnalysis:
     return analysis
 
 
+# In a worker process: where byte counts go while a blob streams (set by the pool's
+# initializer, so the queue is inherited rather than pickled).
+_BYTES: Any = None
+_REPORT_EVERY = 1 << 20  # send a count once a MiB has gone by, not per read
+
+
+def _set_byte_queue(queue: Any) -> None:
+    global _BYTES  # noqa: PLW0603 - per-process state of a pool worker
+    _BYTES = queue
+
+
+def _byte_reporter(digest: str) -> Callable[[int], None] | None:
+    queue = _BYTES
+    if queue is None:
+        return None
+    pending = [0]
+
+    def tick(n: int) -> None:
+        pending[0] += n
+        if pending[0] >= _REPORT_EVERY:
+            queue.put((digest, pending[0]))
+            pending[0] = 0
+
+    return tick
+
+
 def _analyze_one(
     source: ImageSource, layer: LayerRef, analyzers: Analyzers, cache: LayerCache | None
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
-    serialisation runs on both cores instead of after the pool."""
+    serialisation runs on both cores instead of after the pool. Bytes read are reported
+    through the pool's queue as they flow, when the parent asked for progress."""
     stream = source.open_blob(layer)
     try:
-        analysis = _analyze_blob(stream, layer, analyzers)
+        analysis = _analyze_blob(stream, layer, analyzers, _byte_reporter(layer.digest))
     finally:
         stream.close()
     if cache is not None:
@@ -138,7 +165,17 @@ def _parallel(
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    queue = ctx.SimpleQueue() if progress is not None else None
+    by_digest = {layer.digest: layer for layer in todo}
+
+    def drain() -> None:
+        while queue is not None and progress is not None and not queue.empty():
+            digest, nbytes = queue.get()
+            progress.advance(by_digest[digest], nbytes)
+
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_set_byte_queue, initargs=(queue,)
+    ) as pool:
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
@@ -146,12 +183,13 @@ def _parallel(
         }
         try:
             while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                timeout = 0.1 if progress is not None else None
+                finished, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+                drain()
                 for fut in finished:
                     layer = pending.pop(fut)
                     out[layer.digest] = fut.result()
                     if progress is not None:
-                        progress.advance(layer, layer.size or 0)
                         progress.done(layer)
         except BaseException:
             for fut in pending:
@@ -270,7 +308,7 @@ def build_result(
         for item in snap.incomplete:
             incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
-        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment))
+        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
         snapshots.append(snap)
         previous = snap
     image = ImageInfo(

@@ -17,7 +17,18 @@ from pinguard import __version__
 from pinguard.errors import EXIT_USAGE, PinguardError
 
 # Subcommand modules, in the order `pinguard --help` lists them.
-COMMANDS = ("audit", "policy", "constraints", "plan", "lint", "guard", "gate", "attest", "verify")
+COMMANDS = (
+    "audit",
+    "compare",
+    "policy",
+    "constraints",
+    "plan",
+    "lint",
+    "guard",
+    "gate",
+    "attest",
+    "verify",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,12 +20,12 @@ from pinguard.cli.common import (
     add_image_options,
     add_policy_options,
     judge,
-    load_policies,
     run_audit,
     source_options,
 )
 from pinguard.errors import EXIT_IMAGE, UsageError
 from pinguard.fileio import atomic_write
+from pinguard.policy.load import load_run_policy
 
 DOCKER = "docker://"
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         )
     now = attestation_time()
     key = load_private_key(args.key)
-    policy = load_policies(args.policy)
+    policy = load_run_policy(args.policy)
     result = judge(run_audit(args, args.reference), args, policy)
     if result.incomplete and not args.allow_incomplete:
         from pinguard.cli import err

@@ -17,6 +17,7 @@ from rich.progress import (
     Progress,
     TaskID,
     TextColumn,
+    TimeRemainingColumn,
     TransferSpeedColumn,
 )
 
@@ -156,7 +157,7 @@ def build_args(args: argparse.Namespace) -> dict[str, str]:
 
 
 class _RichProgress:
-    """Draws one bar per layer on stderr."""
+    """Draws one bar per layer on stderr, advancing as bytes flow, with rate and ETA."""
 
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
@@ -164,6 +165,7 @@ class _RichProgress:
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
+            TimeRemainingColumn(),
             console=console,
             transient=True,
         )
@@ -211,6 +213,11 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
         finally:
             progress.stop()
     return audit_image(reference, options=options)
+
+
+def pinned(policy: Policy) -> tuple[str, ...]:
+    """The packages a policy pins, sorted: rows the HTML timeline always shows."""
+    return tuple(sorted({str(p.package) for p in policy.pins}))
 
 
 def judge(

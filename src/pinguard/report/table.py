@@ -17,6 +17,7 @@ from rich.text import Text
 from pinguard.build.history import command_text
 from pinguard.models import AuditResult, ChangeKind, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.why import reasons
 
 _KIND_STYLE = {
     ChangeKind.ADDED: "green",
@@ -83,8 +84,8 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
                 else (c.after or c.before or "")
             )
             why = "\n".join(
-                f"{'  ' * i}{x.package} {x.version} requires {x.requirement}"
-                for i, x in enumerate(c.causes)
+                f"{'  ' * i}{line}"
+                for i, line in enumerate(reasons(c.kind, c.name, c.causes, step.created_by))
             )
             row: list[str | Text] = [
                 c.name,

@@ -79,6 +79,12 @@ class ImageSource(abc.ABC):
     def open_blob(self, layer: LayerRef) -> BinaryIO:
         """Open one layer blob for streaming, as stored. The caller closes it."""
 
+    def platforms(self) -> tuple[Platform, ...]:
+        """Every platform the reference offers (an index lists several); the default
+        resolves the one image and returns its platform, if known."""
+        platform = self.resolve().platform
+        return (platform,) if platform is not None else ()
+
     def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
         """Yield each wanted blob with its stream; transports that can only stream the
         whole image once (a daemon export) override this and may yield in any order."""

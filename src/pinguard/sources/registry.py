@@ -41,6 +41,7 @@ from pinguard.sources.manifest import (
     descriptor_platform,
     parse_json_document,
     platform_from_config,
+    sha256_digest,
     verify_bytes,
 )
 from pinguard.sources.reference import DockerReference, parse_reference
@@ -580,6 +581,25 @@ class RegistrySource(ImageSource):
     def _blob_url(self, digest: str) -> str:
         return f"{self.base_url}/v2/{self.ref.repository}/blobs/{digest}"
 
+    def platforms(self) -> tuple[Platform, ...]:
+        """The platforms of the index the reference names (one when it is an image)."""
+        body, content_type, digest = self._fetch_manifest(self.ref.manifest_reference)
+        what = f"{self.display} (manifest {digest})"
+        manifest, media_type = self._parse_manifest(body, content_type, what)
+        if media_type not in INDEX_TYPES:
+            return super().platforms()
+        found: list[Platform] = []
+        for desc in manifest.get("manifests") or []:
+            if not isinstance(desc, dict):
+                continue
+            annotations = desc.get("annotations") or {}
+            if isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type"):
+                continue
+            plat = descriptor_platform(desc)
+            if plat is not None and plat.os != "unknown" and plat not in found:
+                found.append(plat)
+        return tuple(found)
+
     def resolve(self) -> ResolvedImage:
         """Fetch the manifest (choosing a platform from an index) and the image config."""
         notes: list[str] = []
@@ -684,7 +704,7 @@ class RegistrySource(ImageSource):
             content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         finally:
             response.close()
-        digest = _digest_of("sha256", body)
+        digest = sha256_digest(body)
         if reference.startswith("sha256:") and digest != reference:
             raise BlobVerificationError(f"{what}: the registry sent bytes with digest {digest}")
         return body, content_type, digest
@@ -698,9 +718,7 @@ class RegistrySource(ImageSource):
             body = self._read_limited(response, limit, what)
         finally:
             response.close()
-        actual = _digest_of(digest.split(":", 1)[0], body)
-        if actual != digest:
-            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+        verify_bytes(body, digest, what)
         return body
 
     def has_blob(self, digest: str) -> bool:
@@ -716,7 +734,7 @@ class RegistrySource(ImageSource):
     def push_blob(self, data: bytes) -> str:
         """Upload ``data`` as one blob (POST, then one monolithic PUT) unless the repository
         already has it; return its digest."""
-        digest = _digest_of("sha256", data)
+        digest = sha256_digest(data)
         if self.has_blob(digest):
             return digest
         where = f"{self.ref.api_host}/{self.ref.repository}"
