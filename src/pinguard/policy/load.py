@@ -7,7 +7,8 @@ file is collected as a ``PolicyProblem`` (file, line, message quoting the bad va
 ``!r``) and raised together as one ``PolicyError`` (a ``ConfigError``). ``extend`` names
 other files relative to the extending one; they are loaded first (depth first, each once)
 and cycles are errors. Later files override earlier ones key by key in ``[rules.*]``, while
-``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]`` entries accumulate.
+``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]``, ``[[native-pin]]`` and ``[[waiver]]`` entries
+accumulate.
 ``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in ``pyproject.toml``
 from a directory upwards.
 """
@@ -40,6 +41,7 @@ from pinguard.policy.model import (
     RULES,
     Coupling,
     Forbidden,
+    NativePin,
     Origin,
     Pin,
     Policy,
@@ -51,11 +53,22 @@ from pinguard.policy.model import (
 PYPROJECT_PREFIX: KeyPath = ("tool", "pinguard")
 
 _SCOPE_KEYS = ("environments", "platforms", "targets", "marker")
-_TOP_KEYS = ("extend", "name", "description", "rules", "pin", "forbidden", "coupling", "waiver")
+_TOP_KEYS = (
+    "extend",
+    "name",
+    "description",
+    "rules",
+    "pin",
+    "forbidden",
+    "coupling",
+    "waiver",
+    "native-pin",
+)
 _RULE_KEYS = ("severity", "enabled", *_SCOPE_KEYS)
 _RULE_EXTRA = {"downgrade": ("allow", "packages")}
 _PIN_KEYS = ("package", "version", "reason", "link", "severity", *_SCOPE_KEYS)
 _COUPLING_KEYS = ("package", "version", "requires", "reason", "link", "severity", *_SCOPE_KEYS)
+_NATIVE_PIN_KEYS = ("soname", "version", "consumer", "reason", "link", "severity", *_SCOPE_KEYS)
 _WAIVER_KEYS = ("package", "rule", "reason", "expires", "environments")
 _SEVERITIES = tuple(s.value for s in Severity)
 
@@ -91,6 +104,7 @@ class _Layer:
     forbidden: list[Forbidden] = field(default_factory=list)
     couplings: list[Coupling] = field(default_factory=list)
     waivers: list[Waiver] = field(default_factory=list)
+    native_pins: list[NativePin] = field(default_factory=list)
 
 
 class _Missing:
@@ -399,6 +413,27 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
                 )
             )
 
+    for path, body in reader.entries(top, "native-pin"):
+        if reader.table(body, path, _NATIVE_PIN_KEYS, ("soname", "version")) is None:
+            continue
+        soname = reader.string(body, path, "soname")
+        if soname is not None and (not soname or "/" in soname or soname != soname.strip()):
+            reader.problem(
+                (*path, "soname"),
+                f"{reader.dotted((*path, 'soname'))}: expected a library file name such as "
+                f"'libnccl.so.2', got {soname!r}",
+            )
+            soname = None
+        spec = reader.specifier(body, path, "version")
+        consumer = reader.string(body, path, "consumer", "") or ""
+        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        reason = reader.string(body, path, "reason", "") or ""
+        link = reader.string(body, path, "link", "") or ""
+        if soname is not None and spec is not None:
+            layer.native_pins.append(
+                NativePin(soname, spec, consumer, reason, link, sev, scope, reader.origin(path))
+            )
+
     for path, body in reader.entries(top, "waiver"):
         if reader.table(body, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires")) is None:
             continue
@@ -486,6 +521,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
     forbidden: list[Forbidden] = []
     couplings: list[Coupling] = []
     waivers: list[Waiver] = []
+    native_pins: list[NativePin] = []
     files: list[str] = []
     for layer in layers:
         files.append(layer.file)
@@ -498,6 +534,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         forbidden.extend(layer.forbidden)
         couplings.extend(layer.couplings)
         waivers.extend(layer.waivers)
+        native_pins.extend(layer.native_pins)
     return Policy(
         rules=tuple(rules[r] for r in CONFIGURABLE_RULES),
         pins=tuple(pins),
@@ -505,6 +542,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         couplings=tuple(couplings),
         waivers=tuple(waivers),
         files=tuple(files),
+        native_pins=tuple(native_pins),
     )
 
 

@@ -1,0 +1,450 @@
+"""Native shared objects read from a stream: ELF dynamic facts, version banners, digests.
+
+This module owns what pinguard learns from one ELF shared object without holding the file:
+``ElfScanner`` is fed the member's bytes chunk by chunk (as the layer walk streams them) and
+keeps only bounded pieces: the ELF and program headers and the early region of the file
+(where the dynamic string table sits in what GNU ld and lld write), the ``PT_DYNAMIC``
+segment captured when the stream reaches its offset, and the string table itself if it
+comes after the dynamic segment. pyelftools parses those pieces afterwards (through a
+sparse stream that serves only them), giving ``DT_SONAME``, ``DT_NEEDED``, ``DT_RPATH`` and
+``DT_RUNPATH``. Version banners ("NCCL version 2.28.9+cuda13.0") are searched chunk by
+chunk with an overlap, so a banner split across two chunks is still found. The content
+digest is RECORD's format (``sha256=<urlsafe b64>``) so it compares with a wheel's RECORD.
+Which paths are shared objects worth reading is ``wants``; ``parse_ld_so_conf`` reads the
+loader's configuration files (the resolver in ``audit/loader.py`` uses both).
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import io
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import IO, Any, Literal, cast
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSegment
+from elftools.elf.elffile import ELFFile
+
+VERSION = "1"
+
+#: The bytes kept verbatim from the start of each shared object: the headers and the
+#: read-only region with .dynsym/.dynstr. A string beyond it that the dynamic segment names
+#: is reported as unreadable (the object is listed with a problem), never guessed.
+HEAD_CAP = 32 << 20
+#: The most bytes kept of a dynamic segment or a late string table.
+PIECE_CAP = 4 << 20
+_ELF_MAGIC = b"\x7fELF"
+_HEAD_MIN = 64 << 10  # kept before the program headers are known
+
+#: Library banners: (library, file name glob, literal prefix, pattern whose group 1 is the
+#: version). Only files whose name matches the glob are scanned, and only banners checked
+#: against real files are listed (docs/native.md says which and why).
+BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
+    (
+        "nccl",
+        "libnccl.so*",
+        b"NCCL version ",
+        re.compile(rb"NCCL version (\d+\.\d+\.\d+(?:[+.][0-9A-Za-z.]+)?)(?![0-9A-Za-z.+])"),
+    ),
+)
+_BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
+
+_SO_NAME = re.compile(r"^[^/]+\.so(\.[0-9][0-9A-Za-z_.]*)?$")
+
+
+def wants(path: str) -> bool:
+    """Shared objects in a Python environment or in a ``lib*`` directory tree.
+
+    ``*.so`` and ``*.so.<version>`` files count when a directory on their path is a
+    ``site-packages``/``dist-packages`` or starts with ``lib`` (``/usr/lib``, ``/lib64``,
+    ``/usr/local/cuda/lib64``, ``/opt/x/lib``): where wheels and packages put libraries and
+    where loaders search.
+    """
+    base = path[path.rfind("/") + 1 :]
+    if ".so" not in base or not _SO_NAME.match(base):
+        return False
+    for part in path.split("/")[1:-1]:
+        if part.startswith("lib") or part in {"site-packages", "dist-packages"}:
+            return True
+    return False
+
+
+def is_ld_so_conf(path: str) -> bool:
+    """``/etc/ld.so.conf`` and the ``*.conf`` files of ``/etc/ld.so.conf.d``."""
+    return path == "/etc/ld.so.conf" or (
+        path.startswith("/etc/ld.so.conf.d/") and path.endswith(".conf") and path.count("/") == 3
+    )
+
+
+def parse_ld_so_conf(files: dict[str, bytes], path: str = "/etc/ld.so.conf") -> tuple[str, ...]:
+    """The directories ``ldconfig`` reads from ``path`` and its ``include`` globs, in order.
+
+    Comments (``#``) and blank lines are ignored; ``include`` patterns are expanded over the
+    captured files in sorted order, as glob(3) sorts them. A file is read at most once.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def read(p: str) -> None:
+        if p in seen or p not in files:
+            return
+        seen.add(p)
+        for raw in files[p].decode("utf-8", "replace").splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("include") and line[7:8] in {" ", "\t"}:
+                for raw_pattern in line[8:].split():
+                    pattern = raw_pattern
+                    if not pattern.startswith("/"):
+                        pattern = posixpath.join(posixpath.dirname(p), pattern)
+                    for match in sorted(f for f in files if fnmatch.fnmatchcase(f, pattern)):
+                        read(match)
+                continue
+            if line.startswith("hwcap"):
+                continue
+            for d in re.split(r"[:\s,]+", line):
+                if d.startswith("/"):
+                    out.append(posixpath.normpath(d))
+
+    read(path)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True, slots=True)
+class ElfFacts:
+    """What one shared object says about itself (``problem`` set when it was not all read)."""
+
+    digest: str  # "sha256=<urlsafe b64>", as in RECORD
+    size: int
+    soname: str | None = None
+    needed: tuple[str, ...] = ()
+    rpath: tuple[str, ...] = ()
+    runpath: tuple[str, ...] = ()
+    library: str | None = None  # the banner table's name ("nccl") when a banner was found
+    version: str | None = None  # the version the banner states
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest,
+            "size": self.size,
+            "soname": self.soname,
+            "needed": list(self.needed),
+            "rpath": list(self.rpath),
+            "runpath": list(self.runpath),
+            "library": self.library,
+            "version": self.version,
+            "problem": self.problem,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ElfFacts:
+        return cls(
+            digest=str(data["digest"]),
+            size=int(data["size"]),
+            soname=data.get("soname"),
+            needed=tuple(data.get("needed", ())),
+            rpath=tuple(data.get("rpath", ())),
+            runpath=tuple(data.get("runpath", ())),
+            library=data.get("library"),
+            version=data.get("version"),
+            problem=data.get("problem"),
+        )
+
+
+class _MissingBytes(Exception):
+    """A read outside the pieces the scanner kept."""
+
+
+class _SparseStream(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which only some pieces are known."""
+
+    def __init__(self, pieces: list[tuple[int, bytes]], size: int) -> None:
+        self._pieces = sorted(pieces)
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        if self._pos >= self._size:
+            return b""
+        want = self._size - self._pos if n < 0 else min(n, self._size - self._pos)
+        for start, data in self._pieces:
+            if start <= self._pos < start + len(data):
+                lo = self._pos - start
+                out = data[lo : lo + want]
+                self._pos += len(out)
+                return out
+        raise _MissingBytes(self._pos)
+
+
+class ElfScanner:
+    """Feed a shared object's bytes in order with ``feed``; ``finish`` gives its facts."""
+
+    def __init__(self, size: int, name: str = "") -> None:
+        self.size = size
+        self._pos = 0
+        self._hash = hashlib.sha256()
+        self._elf: bool | None = None
+        self._head = bytearray()
+        self._head_limit = _HEAD_MIN
+        self._phdrs_done = False
+        self._wanted: list[tuple[int, int]] = []  # (offset, end) still to capture
+        self._captured: list[tuple[int, bytearray]] = []
+        self._load: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz) of PT_LOAD
+        self._dynamic: tuple[int, int] | None = None
+        self._little = True
+        self._is64 = True
+        self._banners = [b for b in BANNERS if fnmatch.fnmatchcase(name, b[1])]
+        self._strtab_planned = False
+        self._tail = b""
+        self._found: tuple[str, str] | None = None
+        self._problem: str | None = None
+
+    # -- streaming -------------------------------------------------------------------------
+    def feed(self, chunk: bytes | memoryview) -> None:
+        data = bytes(chunk)
+        if not data:
+            return
+        self._hash.update(data)
+        start = self._pos
+        self._pos += len(data)
+        if self._elf is False:
+            return
+        if len(self._head) < self._head_limit:
+            self._head += data[: self._head_limit - len(self._head)]
+        if self._elf is None and len(self._head) >= 4:
+            self._elf = bytes(self._head[:4]) == _ELF_MAGIC
+            if not self._elf:
+                self._head = bytearray()
+                return
+        if not self._phdrs_done:
+            self._try_headers()
+        for lo, hi in self._wanted:
+            if lo < self._pos and hi > start:
+                self._keep(lo, hi, start, data)
+        if not self._strtab_planned and self._dynamic_bytes() is not None:
+            self._plan_strtab()
+        if self._found is None and self._banners:
+            self._scan(data)
+
+    def _keep(self, lo: int, hi: int, start: int, data: bytes) -> None:
+        buf = next((b for off, b in self._captured if off == lo), None)
+        if buf is None:
+            buf = bytearray()
+            self._captured.append((lo, buf))
+        a = max(lo, start) - start
+        b = min(hi, self._pos) - start
+        if lo + len(buf) == start + a:  # contiguous
+            buf += data[a:b]
+
+    def _scan(self, data: bytes) -> None:
+        window = self._tail + data
+        for library, _glob, prefix, pattern in self._banners:
+            at = window.find(prefix)
+            while at >= 0:
+                m = pattern.match(window, at)
+                if m is not None and m.end() < len(window):  # else the version may go on
+                    self._found = (library, m.group(1).decode("ascii", "replace"))
+                    self._tail = b""
+                    return
+                if m is not None or len(window) - at < _BANNER_OVERLAP:
+                    break  # possibly cut by the chunk border: the tail keeps it
+                at = window.find(prefix, at + 1)
+        self._tail = window[-_BANNER_OVERLAP:]
+
+    def _dynamic_bytes(self) -> bytes | None:
+        """The whole dynamic segment once the stream has passed it."""
+        if self._dynamic is None:
+            return None
+        off, size = self._dynamic
+        size = min(size, PIECE_CAP)
+        if off + size <= len(self._head):
+            return bytes(self._head[off : off + size])
+        for lo, buf in self._captured:
+            if lo == off and len(buf) >= size:
+                return bytes(buf[:size])
+        return None
+
+    def _plan_strtab(self) -> None:
+        """Capture the string table too when it comes after the dynamic segment."""
+        self._strtab_planned = True
+        dyn = self._dynamic_bytes()
+        assert dyn is not None
+        width = 8 if self._is64 else 4
+        order: Literal["little", "big"] = "little" if self._little else "big"
+        strtab = strsz = None
+        for i in range(0, len(dyn) - 2 * width + 1, 2 * width):
+            tag = int.from_bytes(dyn[i : i + width], order)
+            val = int.from_bytes(dyn[i + width : i + 2 * width], order)
+            if tag == 0:
+                break
+            if tag == 5:  # DT_STRTAB (an address)
+                strtab = val
+            elif tag == 10:  # DT_STRSZ
+                strsz = val
+        if strtab is None or strsz is None:
+            return
+        for vaddr, off, filesz in self._load:
+            if vaddr <= strtab < vaddr + filesz:
+                start = off + (strtab - vaddr)
+                end = start + min(strsz, PIECE_CAP)
+                if end > self._head_limit and start >= self._pos:
+                    self._wanted.append((start, end))
+                return
+
+    def _u(self, off: int, n: int) -> int:
+        return int.from_bytes(self._head[off : off + n], "little" if self._little else "big")
+
+    def _try_headers(self) -> None:
+        head = self._head
+        if len(head) < 64:
+            return
+        self._is64 = head[4] == 2
+        self._little = head[5] == 1
+        if self._is64:
+            phoff, phentsize, phnum = self._u(32, 8), self._u(54, 2), self._u(56, 2)
+        else:
+            phoff, phentsize, phnum = self._u(28, 4), self._u(42, 2), self._u(44, 2)
+        end = phoff + phentsize * phnum
+        if end > HEAD_CAP:
+            self._phdrs_done = True
+            self._problem = f"program headers at offset {phoff} lie beyond the kept region"
+            return
+        if len(head) < end:
+            self._head_limit = max(self._head_limit, end)
+            return
+        self._phdrs_done = True
+        first_load_end = 0
+        for i in range(phnum):
+            o = phoff + i * phentsize
+            p_type = self._u(o, 4)
+            if self._is64:
+                p_off, p_vaddr, p_filesz = self._u(o + 8, 8), self._u(o + 16, 8), self._u(o + 32, 8)
+            else:
+                p_off, p_vaddr, p_filesz = self._u(o + 4, 4), self._u(o + 8, 4), self._u(o + 16, 4)
+            if p_type == 1:  # PT_LOAD
+                self._load.append((p_vaddr, p_off, p_filesz))
+                if p_off == 0:
+                    first_load_end = max(first_load_end, p_filesz)
+            elif p_type == 2:  # PT_DYNAMIC
+                self._dynamic = (p_off, p_filesz)
+        self._head_limit = min(HEAD_CAP, max(self._head_limit, first_load_end))
+        if self._dynamic is not None:
+            off, size = self._dynamic
+            if off + size > len(self._head) and off + size > self._head_limit:
+                self._wanted.append((off, off + min(size, PIECE_CAP)))
+
+    # -- parsing ---------------------------------------------------------------------------
+    def finish(self) -> ElfFacts | None:
+        """The facts, or None when the member is not an ELF file (a linker script, say)."""
+        digest = "sha256=" + base64.urlsafe_b64encode(self._hash.digest()).rstrip(b"=").decode()
+        if self._elf is not True:
+            return None
+        if self._found is None and self._tail:
+            for library, _glob, _prefix, pattern in self._banners:
+                m = pattern.search(self._tail)
+                if m is not None:
+                    self._found = (library, m.group(1).decode("ascii", "replace"))
+                    break
+        version = self._found
+        base = ElfFacts(
+            digest=digest,
+            size=self._pos,
+            library=version[0] if version else None,
+            version=version[1] if version else None,
+        )
+        if self._pos != self.size:
+            return _replace(base, problem=f"read {self._pos} of {self.size} bytes")
+        if self._problem is not None:
+            return _replace(base, problem=self._problem)
+        return self._parse(base)
+
+    def pieces(self) -> list[tuple[int, bytes]]:
+        """What was kept: (file offset, bytes)."""
+        return [(0, bytes(self._head))] + [(o, bytes(b)) for o, b in self._captured]
+
+    def _parse_view(self) -> list[tuple[int, bytes]]:
+        """The kept pieces with the section header table hidden (``e_shoff``, ``e_shnum``
+        and ``e_shstrndx`` zeroed): the section headers sit at the end of the file and are not
+        kept, so pyelftools takes its stripped-file path and finds the string table through
+        ``DT_STRTAB`` and the ``PT_LOAD`` segments."""
+        head = bytearray(self._head)
+        if self._is64:
+            head[40:48] = bytes(8)
+            head[60:64] = bytes(4)
+        else:
+            head[32:36] = bytes(4)
+            head[48:52] = bytes(4)
+        return [(0, bytes(head))] + [(o, bytes(b)) for o, b in self._captured]
+
+    def _parse(self, base: ElfFacts) -> ElfFacts:
+        stream = _SparseStream(self._parse_view(), self.size)
+        try:
+            elf = ELFFile(cast(IO[bytes], stream))
+            for segment in elf.iter_segments():
+                if not isinstance(segment, DynamicSegment):
+                    continue
+                soname: str | None = None
+                needed: list[str] = []
+                rpath: list[str] = []
+                runpath: list[str] = []
+                for tag in segment.iter_tags():
+                    kind = tag.entry.d_tag
+                    if kind == "DT_NEEDED":
+                        needed.append(str(vars(tag)["needed"]))
+                    elif kind == "DT_SONAME":
+                        soname = str(vars(tag)["soname"])
+                    elif kind == "DT_RPATH":
+                        rpath.extend(p for p in str(vars(tag)["rpath"]).split(":") if p)
+                    elif kind == "DT_RUNPATH":
+                        runpath.extend(p for p in str(vars(tag)["runpath"]).split(":") if p)
+                return _replace(
+                    base,
+                    soname=soname,
+                    needed=tuple(needed),
+                    rpath=tuple(rpath),
+                    runpath=tuple(runpath),
+                )
+            return _replace(base, problem="no dynamic segment (not a shared object)")
+        except _MissingBytes as exc:
+            return _replace(
+                base,
+                problem=f"the dynamic string table at offset {exc.args[0]} lies beyond the "
+                f"{HEAD_CAP >> 20} MiB kept from the start of the file",
+            )
+        except (ELFError, ValueError, KeyError, AttributeError) as exc:
+            return _replace(base, problem=f"cannot parse the ELF dynamic section: {exc}")
+
+
+def _replace(facts: ElfFacts, **changes: Any) -> ElfFacts:
+    import dataclasses
+
+    return dataclasses.replace(facts, **changes)
+
+
+def scan_bytes(data: bytes, name: str = "", chunk: int = 1 << 20) -> ElfFacts | None:
+    """The facts of an object already in memory, fed ``chunk`` bytes at a time (tests)."""
+    scanner = ElfScanner(len(data), name)
+    view = memoryview(data)
+    for i in range(0, len(data), chunk):
+        scanner.feed(view[i : i + chunk])
+    return scanner.finish()
