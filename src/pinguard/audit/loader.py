@@ -28,9 +28,8 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pinguard.catalog.native import FileView
 from pinguard.models import NativeLibrary, Resolution
-
-_MAX_LINKS = 40  # as the kernel's symlink limit (ELOOP)
 
 #: The multiarch triplet Debian uses per machine (``platform_machine``).
 TRIPLETS = {
@@ -42,43 +41,6 @@ TRIPLETS = {
     "armv7l": "arm-linux-gnueabihf",
     "riscv64": "riscv64-linux-gnu",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class FileView:
-    """The regular files and symlinks of a state (absolute, normalised paths)."""
-
-    files: frozenset[str]
-    links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
-
-    def _walk(self, path: str) -> str | None:
-        """``path`` with every symlink in it resolved (None on a loop)."""
-        parts = [p for p in path.split("/") if p]
-        done = "/"
-        hops = 0
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                done = posixpath.dirname(done) or "/"
-                continue
-            if part == ".":
-                continue
-            nxt = posixpath.join(done, part)
-            target = self.links.get(nxt)
-            if target is None:
-                done = nxt
-                continue
-            hops += 1
-            if hops > _MAX_LINKS:
-                return None
-            parts = [p for p in target.split("/") if p] + parts
-            done = "/" if target.startswith("/") else done
-        return done
-
-    def real_file(self, path: str) -> str | None:
-        """The regular file ``path`` names after symlinks, or None if there is none."""
-        real = self._walk(path)
-        return real if real is not None and real in self.files else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +134,7 @@ def _one(
         real = view.real_file(candidate)
         if real is not None:
             return Resolution(consumer, needed, candidate, real, "ld.so.conf", directory)
-        resolved_dir = view._walk(directory)
+        resolved_dir = view.resolve(directory)
         for target in sorted(by_soname.get(needed, ())):
             if resolved_dir is not None and posixpath.dirname(target) == resolved_dir:
                 return Resolution(

@@ -22,12 +22,15 @@ import hashlib
 import io
 import posixpath
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Literal, cast
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
+
+from pinguard.models import DebPackage, Environment, NativeLibrary
 
 VERSION = "1"
 
@@ -53,6 +56,7 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
 )
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
 
+_MAX_LINKS = 40  # as the kernel's symlink limit (ELOOP)
 _SO_NAME = re.compile(r"^[^/]+\.so(\.[0-9][0-9A-Za-z_.]*)?$")
 
 
@@ -71,6 +75,50 @@ def wants(path: str) -> bool:
         if part.startswith("lib") or part in {"site-packages", "dist-packages"}:
             return True
     return False
+
+
+DPKG_INFO = "/var/lib/dpkg/info/"
+
+
+def is_dpkg_list(path: str) -> bool:
+    """``/var/lib/dpkg/info/<package>[:<arch>].list``: the files a package installed."""
+    return path.startswith(DPKG_INFO) and path.endswith(".list") and path.count("/") == 5
+
+
+def wants_link(path: str) -> bool:
+    """Symlinks the resolver follows: library names, and directories that may be on a path.
+
+    Kept: what ``wants`` keeps, and links with at most three components (``/lib``,
+    ``/usr/local/cuda``, ``/etc/alternatives/cuda``) or whose name starts with ``lib``
+    (``/usr/local/cuda/lib64`` -> ``targets/x86_64-linux/lib``).
+    """
+    if wants(path):
+        return True
+    base = path[path.rfind("/") + 1 :]
+    return path.count("/") <= 3 or base.startswith("lib")
+
+
+def list_libraries(data: bytes) -> tuple[str, ...]:
+    """The shared-object paths a dpkg ``.list`` file names (the rest is not kept)."""
+    out = []
+    for raw in data.decode("utf-8", "surrogateescape").splitlines():
+        path = raw.strip()
+        if path.startswith("/") and wants(path):
+            out.append(posixpath.normpath(path))
+    return tuple(sorted(set(out)))
+
+
+class ListStream:
+    """A member consumer for a dpkg ``.list`` file: keeps only its shared-object lines."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def update(self, chunk: memoryview, /) -> None:
+        self._parts.append(bytes(chunk))
+
+    def close(self) -> object:
+        return list(list_libraries(b"".join(self._parts)))
 
 
 def is_ld_so_conf(path: str) -> bool:
@@ -433,6 +481,113 @@ class ElfScanner:
             )
         except (ELFError, ValueError, KeyError, AttributeError) as exc:
             return _replace(base, problem=f"cannot parse the ELF dynamic section: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class FileView:
+    """The regular files and symlinks of a state (absolute, normalised paths)."""
+
+    files: frozenset[str]
+    links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
+
+    def resolve(self, path: str) -> str | None:
+        """``path`` with every symlink in it resolved (None on a loop)."""
+        parts = [p for p in path.split("/") if p]
+        done = "/"
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                done = posixpath.dirname(done) or "/"
+                continue
+            if part == ".":
+                continue
+            nxt = posixpath.join(done, part)
+            target = self.links.get(nxt)
+            if target is None:
+                done = nxt
+                continue
+            hops += 1
+            if hops > _MAX_LINKS:
+                return None
+            parts = [p for p in target.split("/") if p] + parts
+            done = "/" if target.startswith("/") else done
+        return done
+
+    def real_file(self, path: str) -> str | None:
+        """The regular file ``path`` names after symlinks, or None if there is none."""
+        real = self.resolve(path)
+        return real if real is not None and real in self.files else None
+
+
+def _package_of_list(path: str) -> str:
+    """``/var/lib/dpkg/info/libnccl2:amd64.list`` -> ``libnccl2``."""
+    base = path[len(DPKG_INFO) : -len(".list")]
+    return base.split(":", 1)[0]
+
+
+def libraries(
+    elf: Mapping[str, ElfFacts],
+    view: FileView,
+    environments: Sequence[Environment],
+    debs: Sequence[DebPackage],
+    dpkg_lists: Mapping[str, Iterable[str]],
+    layers: Mapping[str, str] | None = None,
+) -> tuple[NativeLibrary, ...]:
+    """The native libraries of a state, each with its owner, sorted by path.
+
+    ``elf`` holds the facts of every streamed shared object (by path), ``dpkg_lists`` the
+    library paths of each ``.list`` file (by the list's path), ``layers`` the digest of the
+    layer that last wrote each path (filled by the audit). A wheel owns a file its RECORD
+    lists; else a package whose ``.list`` names it (through symlinked directories such as
+    ``/lib`` -> ``usr/lib``); else it has no owner.
+    """
+    wheel: dict[str, tuple[Environment, str, str, str]] = {}
+    for env in environments:
+        for dist in env.distributions:
+            for path, digest in dist.record:
+                if wants(path):
+                    real = view.resolve(path) or path
+                    wheel.setdefault(real, (env, dist.name, dist.raw_version, digest))
+    versions = {d.name: d.version for d in debs}
+    deb: dict[str, tuple[str, str]] = {}
+    for list_path, paths in sorted(dpkg_lists.items()):
+        package = _package_of_list(list_path)
+        if package not in versions:
+            continue  # a .list left by a removed package
+        for listed in paths:
+            real = view.resolve(listed) or listed
+            deb.setdefault(real, (package, versions[package]))
+    out: list[NativeLibrary] = []
+    for path, facts in sorted(elf.items()):
+        kind = owner = version = environment = record = None
+        if path in wheel:
+            env, name, version, digest = wheel[path]
+            kind, owner, environment, record = "wheel", str(name), env.path, digest or None
+        elif path in deb:
+            kind = "deb"
+            owner, version = deb[path]
+        out.append(
+            NativeLibrary(
+                path=path,
+                digest=facts.digest,
+                size=facts.size,
+                layer=(layers or {}).get(path, ""),
+                soname=facts.soname,
+                needed=facts.needed,
+                rpath=facts.rpath,
+                runpath=facts.runpath,
+                library=facts.library,
+                version=facts.version,
+                owner_kind=kind,
+                owner=owner,
+                owner_version=version,
+                owner_environment=environment,
+                record_digest=record,
+                problem=facts.problem,
+            )
+        )
+    return tuple(out)
 
 
 def _replace(facts: ElfFacts, **changes: Any) -> ElfFacts:
