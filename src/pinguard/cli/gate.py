@@ -24,6 +24,7 @@ from typing import Any
 
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, SourceError, UsageError
 from pinguard.models import AuditResult, Finding, ImageInfo, Incomplete, Severity, Snapshot
+from pinguard.report.options import RenderOptions
 
 FORMATS = ("table", "json")
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -72,7 +73,7 @@ def merged_sarif(result: AuditResult, lint_items: Sequence[Any], dockerfile: str
     from pinguard.build.lint import RULES as LINT_RULES
     from pinguard.report import sarif
 
-    doc = sarif.to_dict(result, dockerfile=dockerfile)
+    doc = sarif.to_dict(result, RenderOptions(dockerfile=dockerfile))
     run = doc["runs"][0]
     rules: list[dict[str, Any]] = run["tool"]["driver"]["rules"]
     known = {r["id"]: i for i, r in enumerate(rules)}
@@ -131,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.fileio import atomic_write
 
     fail_on = FAIL_ON[args.fail_on]
+    options = RenderOptions(
+        fail_on=fail_on, allow_incomplete=args.allow_incomplete, title="pinguard gate"
+    )
     build_args: dict[str, str] = {}
     for item in args.build_arg:
         name, eq, value = item.partition("=")
@@ -178,16 +182,12 @@ def run(args: argparse.Namespace) -> int:
     if args.junit:
         from pinguard.report import junit
 
-        atomic_write(
-            args.junit, junit.render(combined, fail_on=fail_on, suite_name="pinguard gate")
-        )
+        atomic_write(args.junit, junit.render(combined, options))
 
     if args.format == "json":
         from pinguard.report import json as json_report
 
-        data = json_report.to_dict(
-            combined, fail_on=fail_on, allow_incomplete=args.allow_incomplete
-        )
+        data = json_report.to_dict(combined, options)
         data["gate"] = {
             "dockerfile": args.dockerfile,
             "verdict": verdict,
@@ -224,6 +224,8 @@ def _print_table(
     from pinguard.report import table
 
     console = Console() if out.isatty() else Console(file=out, width=140)
-    table.render(
-        combined, console, fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete
+    table.draw(
+        combined,
+        console,
+        RenderOptions(fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete),
     )

@@ -159,12 +159,10 @@ def run(args: argparse.Namespace) -> int:
     verdict = outcome.step.verdict
     if args.format == "json":
         from pinguard.report import json as json_report
+        from pinguard.report.options import RenderOptions
 
-        sys.stdout.write(
-            json_report.render(
-                outcome.result, fail_on=fail_on, allow_incomplete=args.allow_incomplete
-            )
-        )
+        options = RenderOptions(fail_on=fail_on, allow_incomplete=args.allow_incomplete)
+        sys.stdout.write(json_report.render(outcome.result, options))
     else:
         state = args.state
         if outcome.baseline and outcome.recorded:

@@ -25,6 +25,7 @@ from urllib.parse import quote
 from pinguard import __version__
 from pinguard.models import AuditResult, Finding, Severity, Step
 from pinguard.policy.model import RULES
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -118,14 +119,10 @@ def _location(f: Finding, dockerfile: str | None, step_lines: Mapping[int, int])
     ]
 
 
-def to_dict(
-    result: AuditResult,
-    *,
-    dockerfile: str | None = None,
-    step_lines: Mapping[int, int] | None = None,
-    dockerfile_text: str | None = None,
-) -> dict[str, Any]:
+def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
     """The SARIF log as plain data (see ``render``)."""
+    dockerfile, step_lines = options.dockerfile, options.step_lines
+    dockerfile_text = options.dockerfile_text
     if dockerfile is not None and step_lines is None:
         text = dockerfile_text
         if text is None:
@@ -217,20 +214,11 @@ def to_dict(
     }
 
 
-def render(
-    result: AuditResult,
-    *,
-    dockerfile: str | None = None,
-    step_lines: Mapping[int, int] | None = None,
-    dockerfile_text: str | None = None,
-) -> str:
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The SARIF 2.1.0 log for ``result.findings`` as JSON text.
 
-    ``dockerfile`` is the path results should point at; ``step_lines`` maps step indexes to
-    its lines (computed from ``dockerfile_text``, or from the file itself, when omitted).
-    Findings whose step has no line point at their policy file line instead.
+    ``options.dockerfile`` is the path results should point at; ``options.step_lines`` maps
+    step indexes to its lines (computed from ``options.dockerfile_text``, or from the file
+    itself, when omitted). Findings whose step has no line point at their policy file line.
     """
-    data = to_dict(
-        result, dockerfile=dockerfile, step_lines=step_lines, dockerfile_text=dockerfile_text
-    )
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(to_dict(result, options), indent=2, ensure_ascii=False) + "\n"
