@@ -146,3 +146,49 @@ def _one(
         if real is not None:
             return Resolution(consumer, needed, candidate, real, "default", directory)
     return Resolution(consumer, needed, None, None, "")
+
+
+#: Sonames whose every consumer is resolved even when one file provides them: the libraries
+#: GPU serving depends on (a policy pin on another soname judges its providers instead).
+WATCHED = ("libnccl.so*", "libcudnn*.so*", "libcublas*.so*", "libcudart.so*")
+
+
+def resolve_state(
+    libs: Sequence[NativeLibrary],
+    view: FileView,
+    config: LoaderConfig,
+    watched: Sequence[str] = WATCHED,
+) -> tuple[Resolution, ...]:
+    """Resolutions for every library that needs a watched soname or one provided twice.
+
+    A soname is provided by a file named like it or declaring it as ``DT_SONAME``; provided
+    twice means by two different regular files. Sorted by consumer, then ``DT_NEEDED`` order.
+    """
+    import fnmatch
+
+    providers: dict[str, set[str]] = {}
+    by_soname: dict[str, list[str]] = {}
+    for lib in libs:
+        name = posixpath.basename(lib.path)
+        providers.setdefault(name, set()).add(lib.path)
+        if lib.soname:
+            providers.setdefault(lib.soname, set()).add(lib.path)
+            by_soname.setdefault(lib.soname, []).append(lib.path)
+    # symlinked names (libnccl.so.2 -> libnccl.so.2.28.9) provide their target's soname
+    for link in view.links:
+        real = view.real_file(link)
+        if real is not None:
+            providers.setdefault(posixpath.basename(link), set()).add(real)
+
+    def interesting(soname: str) -> bool:
+        return len(providers.get(soname, ())) > 1 or any(
+            fnmatch.fnmatchcase(soname, w) for w in watched
+        )
+
+    out: list[Resolution] = []
+    for lib in sorted(libs, key=lambda x: x.path):
+        if any(interesting(n) for n in lib.needed):
+            out.extend(
+                r for r in resolve_needed(lib, view, config, by_soname) if interesting(r.needed)
+            )
+    return tuple(out)

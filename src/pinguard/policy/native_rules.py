@@ -246,12 +246,13 @@ def native_pin(facts: Facts, pins: Iterable[NativePin]) -> Iterator[Hit]:
             for res in consumers:
                 lib = libs.get(res.real) if res.real else None
                 judged.append((f"{res.consumer} loads", lib, res.path or "nothing"))
-        elif not pin.consumer:
+        elif not any(r.needed == pin.soname for r in final.resolutions):
+            # nobody's lookup of it was resolved: judge every provider (fail closed)
             for lib in final.native:
                 if soname_of(lib) == pin.soname:
                     judged.append(("provided by", lib, lib.path))
         else:
-            continue  # the named consumer is not in the image: nothing to judge
+            continue  # others load it, the named consumer is not in the image
         for who, lib, where in judged:
             stated: tuple[str, ...] = ()
             if lib is None:
