@@ -148,7 +148,9 @@ def test_memory_bounded_by_caps(libs: dict[str, Path]) -> None:
         ("/usr/share/doc/libfoo.so.1", False),
         ("/usr/lib/x86_64-linux-gnu/libfoo.so.txt", False),
         ("/usr/lib/x86_64-linux-gnu/libfoo.sox", False),
-        ("/srv/app/libfoo.so", False),
+        ("/srv/app/libfoo.so", True),
+        ("/srv/app/_ext.so", False),
+        ("/proc/1/root/libfoo.so", False),
     ],
 )
 def test_wants(path: str, want: bool) -> None:

@@ -61,16 +61,21 @@ _SO_NAME = re.compile(r"^[^/]+\.so(\.[0-9][0-9A-Za-z_.]*)?$")
 
 
 def wants(path: str) -> bool:
-    """Shared objects in a Python environment or in a ``lib*`` directory tree.
+    """Shared objects worth reading: ``lib*.so[.N]`` anywhere, other ``*.so[.N]`` in a
+    Python environment or a ``lib*`` directory tree.
 
-    ``*.so`` and ``*.so.<version>`` files count when a directory on their path is a
+    Library names (``lib*``) count wherever they are, since ``ld.so.conf`` and RPATHs may
+    name any directory (not below ``/usr/share``, ``/proc``, ``/sys``, ``/dev``); other shared
+    objects (extension modules such as
+    ``_C.cpython-311-x86_64-linux-gnu.so``) count when a directory on their path is a
     ``site-packages``/``dist-packages`` or starts with ``lib`` (``/usr/lib``, ``/lib64``,
-    ``/usr/local/cuda/lib64``, ``/opt/x/lib``): where wheels and packages put libraries and
-    where loaders search.
+    ``/opt/x/lib``).
     """
     base = path[path.rfind("/") + 1 :]
     if ".so" not in base or not _SO_NAME.match(base):
         return False
+    if base.startswith("lib"):
+        return not path.startswith(("/proc/", "/sys/", "/dev/", "/usr/share/"))
     for part in path.split("/")[1:-1]:
         if part.startswith("lib") or part in {"site-packages", "dist-packages"}:
             return True
