@@ -60,7 +60,8 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     diff = git(ROOT, "diff", "HEAD", "--binary")
     if diff.strip():
         git(clone, "apply", "--whitespace=nowarn", "-", stdin=diff)
-        git(clone, "commit", "--quiet", "-am", "uncommitted changes under test")
+        git(clone, "add", "-A")  # files added since HEAD too, not only modified ones
+        git(clone, "commit", "--quiet", "-m", "uncommitted changes under test")
     return clone
 
 

@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.state import State
-from pinguard.catalog import analyzer_key, selector
+from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.errors import SourceError
-from pinguard.layers.cache import LayerCache
 from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
+from pinguard.layers.cache import LayerCache
 from pinguard.models import (
     AuditResult,
     Change,
@@ -55,17 +55,35 @@ class AuditOptions:
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
 
+    def analyzers(self) -> Analyzers:
+        """The analyzers these options configure."""
+        return Analyzers.for_options(AnalyzerOptions(verify_records=self.verify_records))
+
+
+def _analyze_blob(
+    stream: BinaryIO,
+    layer: LayerRef,
+    analyzers: Analyzers,
+    progress: Callable[[int], None] | None = None,
+) -> LayerAnalysis:
+    return analyze_stream(
+        stream,
+        digest=layer.digest,
+        size=layer.size,
+        select=analyzers.selector(),
+        open_stream=analyzers.open_stream,
+        progress=progress,
+    )
+
 
 def _analyze_one(
-    source: ImageSource, layer: LayerRef, verify: bool, cache: LayerCache | None
+    source: ImageSource, layer: LayerRef, analyzers: Analyzers, cache: LayerCache | None
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool."""
     stream = source.open_blob(layer)
     try:
-        analysis = analyze_stream(
-            stream, digest=layer.digest, size=layer.size, select=selector(verify)
-        )
+        analysis = _analyze_blob(stream, layer, analyzers)
     finally:
         stream.close()
     if cache is not None:
@@ -101,7 +119,7 @@ def _history_steps(
 def _parallel(
     source: ImageSource,
     todo: Sequence[LayerRef],
-    verify: bool,
+    analyzers: Analyzers,
     jobs: int,
     progress: Progress | None,
     cache: LayerCache | None,
@@ -112,7 +130,7 @@ def _parallel(
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, verify, cache): layer for layer in ordered
+            pool.submit(_analyze_one, source, layer, analyzers, cache): layer for layer in ordered
         }
         try:
             while pending:
@@ -131,7 +149,10 @@ def _parallel(
 
 
 def _sequential(
-    source: ImageSource, todo: Sequence[LayerRef], verify: bool, progress: Progress | None
+    source: ImageSource,
+    todo: Sequence[LayerRef],
+    analyzers: Analyzers,
+    progress: Progress | None,
 ) -> dict[str, LayerAnalysis]:
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
@@ -139,9 +160,7 @@ def _sequential(
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        out[layer.digest] = analyze_stream(
-            stream, digest=layer.digest, size=layer.size, select=selector(verify), progress=tick
-        )
+        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick)
         if progress is not None:
             progress.done(layer)
     missing = wanted - set(out)
@@ -159,10 +178,9 @@ def load_layers(
     progress: Progress | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Analyses for every layer: from the cache where present, else streamed (and cached)."""
+    analyzers = options.analyzers()
     cache = (
-        LayerCache(options.cache_dir, analyzer_key(options.verify_records))
-        if options.cache_dir is not None
-        else None
+        LayerCache(options.cache_dir, analyzers.key()) if options.cache_dir is not None else None
     )
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
@@ -180,9 +198,9 @@ def load_layers(
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
-            found.update(_parallel(source, todo, options.verify_records, jobs, progress, cache))
+            found.update(_parallel(source, todo, analyzers, jobs, progress, cache))
         else:
-            fresh = _sequential(source, todo, options.verify_records, progress)
+            fresh = _sequential(source, todo, analyzers, progress)
             for analysis in fresh.values():
                 if cache is not None:
                     cache.put(analysis)
@@ -208,10 +226,11 @@ def _diff_snapshots(
 def build_result(
     resolved: ResolvedImage,
     analyses: dict[str, LayerAnalysis],
+    analyzers: Analyzers | None = None,
 ) -> AuditResult:
     """Replay the analyses through the image history into steps, snapshots and diffs."""
     entries, notes = _history_steps(resolved)
-    state = State()
+    state = State(analyzers)
     previous = Snapshot()
     steps: list[Step] = []
     snapshots: list[Snapshot] = []
@@ -261,7 +280,10 @@ def audit_directory(
         from pinguard.errors import ImageNotFound
 
         raise ImageNotFound(f"directory not found: {root!r}")
-    analysis = analyze_directory(root, select=selector(verify_records), exclude=exclude)
+    analyzers = AuditOptions(verify_records=verify_records).analyzers()
+    analysis = analyze_directory(
+        root, select=analyzers.selector(), open_stream=analyzers.open_stream, exclude=exclude
+    )
     analysis.digest = "dir"
     resolved = ResolvedImage(
         reference=reference or f"dir:{root}",
@@ -271,7 +293,7 @@ def audit_directory(
         config={"history": [{"created_by": f"(directory {root})"}]},
         layers=(LayerRef(digest="dir", size=None),),
     )
-    return build_result(resolved, {"dir": analysis})
+    return build_result(resolved, {"dir": analysis}, analyzers)
 
 
 def audit_image(
@@ -295,4 +317,4 @@ def audit_image(
                 platform=resolved.platform,
             )
         analyses = load_layers(source, resolved.layers, options, progress)
-    return build_result(resolved, analyses)
+    return build_result(resolved, analyses, options.analyzers())
