@@ -35,15 +35,26 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     big = build_so(
         d / "libbig.so", soname="libbig.so", needed=[nccl], rpath=["$ORIGIN"], rodata_bytes=40 << 20
     )
-    return {"base": base, "nccl": nccl, "rpath": rpath, "runpath": runpath, "big": big}
+    # a .dynstr of ~300 KB (Debian's libc and libstdc++ have such): beyond the first read
+    symbols = build_so(
+        d / "libsyms.so.3", soname="libsyms.so.3", needed=[base], rpath=["/opt/s"], exports=6000
+    )
+    return {
+        "base": base,
+        "nccl": nccl,
+        "rpath": rpath,
+        "runpath": runpath,
+        "big": big,
+        "symbols": symbols,
+    }
 
 
-@pytest.mark.parametrize("name", ["base", "nccl", "rpath", "runpath", "big"])
+@pytest.mark.parametrize("name", ["base", "nccl", "rpath", "runpath", "big", "symbols"])
 @pytest.mark.parametrize("chunk", [1 << 20, 4093, 7])
 def test_dynamic_facts_match_readelf(libs: dict[str, Path], name: str, chunk: int) -> None:
     """SONAME, NEEDED, RPATH and RUNPATH read from chunks equal readelf -d's, at any chunking."""
     path = libs[name]
-    if name == "big" and chunk == 7:
+    if name in {"big", "symbols"} and chunk == 7:
         chunk = 4097  # 40 MB in 7-byte chunks is minutes of Python; 4097 still splits pieces
     facts = native.scan_bytes(path.read_bytes(), path.name, chunk)
     want = readelf_dynamic(path)
@@ -123,6 +134,20 @@ def test_not_elf_and_truncated(tmp_path: Path, libs: dict[str, Path]) -> None:
     assert facts is not None
     assert facts.problem is not None
     assert "read" in facts.problem
+
+
+def test_host_libraries_match_readelf() -> None:
+    """This machine's own libc and libstdc++ (Debian's toolchain output) read like readelf."""
+    for path in (
+        Path("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+        Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+    ):
+        assert path.exists(), path
+        facts = native.scan_bytes(path.read_bytes(), path.name)
+        want = readelf_dynamic(path)
+        assert facts is not None
+        assert facts.problem is None
+        assert (facts.soname, facts.needed) == (want.soname, want.needed)
 
 
 def test_memory_bounded_by_caps(libs: dict[str, Path]) -> None:

@@ -28,6 +28,7 @@ def build_so(
     runpath: bool = False,
     rodata_bytes: int = 0,
     symbol: str = "",
+    exports: int = 0,
 ) -> Path:
     """Compile a shared object at ``out`` (see the module docstring)."""
     gcc = require_tool("gcc")
@@ -35,6 +36,11 @@ def build_so(
     body = [f'const char pg_banner[] = "{banner}";' if banner else ""]
     if rodata_bytes:
         body.append(f"const char pg_padding[{rodata_bytes}] = {{1}};")
+    # many exported symbols with long names: a .dynstr far larger than one read
+    body += [
+        f"int pg_exported_symbol_with_a_long_name_{i:06d}(void) {{ return {i}; }}"
+        for i in range(exports)
+    ]
     body.append(
         f"int {symbol or 'pg_' + re.sub(r'[^A-Za-z0-9]', '_', soname)}(void) {{ return 1; }}"
     )

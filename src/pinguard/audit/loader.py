@@ -24,12 +24,13 @@ searched, and an ``ld.so.cache`` that ``ldconfig`` was not re-run for is taken a
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pinguard.catalog.native import FileView
-from pinguard.models import NativeLibrary, Resolution
+from pinguard.models import NativeLibrary, Resolution, Snapshot
 
 #: The multiarch triplet Debian uses per machine (``platform_machine``).
 TRIPLETS = {
@@ -192,3 +193,31 @@ def resolve_state(
                 r for r in resolve_needed(lib, view, config, by_soname) if interesting(r.needed)
             )
     return tuple(out)
+
+
+def image_env(config: Mapping[str, object]) -> tuple[str, ...]:
+    """The ``Env`` of an image config document (``{"config": {"Env": [...]}}``)."""
+    inner = config.get("config")
+    env = inner.get("Env") if isinstance(inner, dict) else None
+    return tuple(str(e) for e in env) if isinstance(env, list) else ()
+
+
+def attach_native(
+    snap: Snapshot,
+    previous: Snapshot,
+    layer_digest: str,
+    written: Iterable[str],
+    view: FileView,
+    config: LoaderConfig,
+) -> Snapshot:
+    """``snap`` with each library's layer (this one for what it wrote, else the one before)
+    and the loader's resolutions in this state."""
+    wrote = set(written)
+    before = {lib.path: lib.layer for lib in previous.native}
+    libs = tuple(
+        dataclasses.replace(
+            lib, layer=layer_digest if lib.path in wrote else before.get(lib.path, lib.layer)
+        )
+        for lib in snap.native
+    )
+    return dataclasses.replace(snap, native=libs, resolutions=resolve_state(libs, view, config))

@@ -30,7 +30,15 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 
-from pinguard.models import DebPackage, Environment, NativeLibrary
+from pinguard.catalog.interface import (
+    Analyzer,
+    AnalyzerOptions,
+    AnalyzerSession,
+    SnapshotParts,
+    StateView,
+)
+from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream
+from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
 
 VERSION = "1"
 
@@ -291,6 +299,9 @@ class ElfScanner:
                 return
         if not self._phdrs_done:
             self._try_headers()
+            # the limit may have grown past what this chunk already gave the head
+            if len(self._head) < min(self._pos, self._head_limit):
+                self._head += data[len(self._head) - start : self._head_limit - start]
         for lo, hi in self._wanted:
             if lo < self._pos and hi > start:
                 self._keep(lo, hi, start, data)
@@ -477,7 +488,7 @@ class ElfScanner:
                     rpath=tuple(rpath),
                     runpath=tuple(runpath),
                 )
-            return _replace(base, problem="no dynamic segment (not a shared object)")
+            return base  # no dynamic segment: nothing to resolve (a static object)
         except _MissingBytes as exc:
             return _replace(
                 base,
@@ -608,3 +619,92 @@ def scan_bytes(data: bytes, name: str = "", chunk: int = 1 << 20) -> ElfFacts | 
     for i in range(0, len(data), chunk):
         scanner.feed(view[i : i + chunk])
     return scanner.finish()
+
+
+class ElfStream:
+    """The layer walk's consumer for one shared object: an ``ElfScanner`` behind
+    ``MemberStream``; its summary is the ``ElfFacts`` as JSON (None: not an ELF file)."""
+
+    __slots__ = ("_scanner",)
+
+    def __init__(self, path: str, size: int) -> None:
+        self._scanner = ElfScanner(size, posixpath.basename(path))
+
+    def update(self, chunk: memoryview, /) -> None:
+        self._scanner.feed(chunk)
+
+    def close(self) -> object:
+        facts = self._scanner.finish()
+        return None if facts is None else facts.to_json()
+
+
+@dataclass(frozen=True, slots=True)
+class NativeAnalyzer(Analyzer):
+    """ELF shared objects, the links to them, ld.so.conf and dpkg's file lists."""
+
+    name = "native"
+    version = VERSION
+
+    @classmethod
+    def create(cls, options: AnalyzerOptions) -> NativeAnalyzer:
+        return cls()
+
+    def wants(self, path: str) -> int:
+        if ".so" in path:
+            if wants(path):
+                return STREAM | LINK
+            if path.endswith(".conf") and is_ld_so_conf(path):
+                return CAPTURE
+        if path.endswith(".list") and is_dpkg_list(path):
+            return STREAM
+        if path.count("/") <= 3 or path[path.rfind("/") + 1 :].startswith("lib"):
+            return LINK  # a directory link the resolver may need (only links honour it)
+        return SKIP
+
+    def open_stream(self, path: str, size: int) -> MemberStream:
+        if is_dpkg_list(path):
+            return ListStream()
+        return ElfStream(path, size)
+
+    def session(self) -> NativeSession:
+        return NativeSession()
+
+
+class NativeSession(AnalyzerSession):
+    """Recomputes the libraries of a state from what the layers streamed (cheap: facts
+    are already parsed; owners are joined here because RECORDs and dpkg lists change)."""
+
+    def update(self, state: StateView, touched: Sequence[str]) -> None:
+        return None
+
+    def contribute(self, state: StateView, parts: SnapshotParts) -> None:
+        elf: dict[str, ElfFacts] = {}
+        lists: dict[str, list[str]] = {}
+        for path, results in state.streamed.items():
+            value = results.get(NativeAnalyzer.name)
+            if value is None:
+                continue
+            if is_dpkg_list(path):
+                assert isinstance(value, list)
+                lists[path] = [str(v) for v in value]
+            else:
+                assert isinstance(value, dict)
+                facts = ElfFacts.from_json(value)
+                elf[path] = facts
+                if facts.problem is not None:
+                    parts.incomplete.append(Incomplete(path, facts.problem))
+        view = state_view(state)
+        parts.native.extend(libraries(elf, view, parts.environments, parts.debs, lists))
+
+
+def state_view(state: StateView) -> FileView:
+    """The shared objects and links of a state, as the resolver walks them."""
+    files = frozenset(
+        p for p, r in state.streamed.items() if isinstance(r.get(NativeAnalyzer.name), dict)
+    )
+    return FileView(files, dict(state.links))
+
+
+def loader_files(files: Mapping[str, bytes]) -> tuple[str, ...]:
+    """The ld.so.conf directories of a state's captured files."""
+    return parse_ld_so_conf(dict(files))
