@@ -91,17 +91,25 @@ def smoke_layer(out: Path, work: Path) -> int:
 def measure_one(layer: Path) -> dict[str, object]:
     """In this (fresh) process: analyse ``layer`` and report what and how fast."""
     sys.path.insert(0, str(ROOT / "src"))
-    from pinguard.catalog import native
-    from pinguard.layers.tar import STREAM, walk_tar
+    from pinguard.catalog.native import ElfFacts, NativeAnalyzer
+    from pinguard.catalog.registry import AnalyzerOptions
+    from pinguard.layers.analysis import analyze_stream
 
+    analyzer = NativeAnalyzer.create(AnalyzerOptions())
     baseline = _rss_mb()
     start = time.perf_counter()
-    facts = None
     with layer.open("rb") as fh:
-        for member in _stream_members(fh, walk_tar, STREAM, native):
-            facts = member
+        analysis = analyze_stream(
+            fh,
+            digest=None,
+            size=None,
+            select=analyzer.wants,
+            open_stream=analyzer.open_stream,
+        )
     elapsed = time.perf_counter() - start
-    assert facts is not None, "libnccl.so.2 not found in the layer"
+    raw = analysis.streamed["/" + LAYER_PATH]
+    assert isinstance(raw, dict), raw
+    facts = ElfFacts.from_json(raw)
     return {
         "seconds": round(elapsed, 2),
         "baseline_rss_mb": round(baseline, 1),
@@ -111,21 +119,6 @@ def measure_one(layer: Path) -> dict[str, object]:
         "version": facts.version,
         "problem": facts.problem,
     }
-
-
-def _stream_members(fh, walk_tar, stream_flag, native):  # type: ignore[no-untyped-def]
-    """Yield the ElfFacts of every shared object the walk streams."""
-    from pinguard.layers.analysis import analyze_stream
-
-    analysis = analyze_stream(
-        fh,
-        digest=None,
-        size=None,
-        select=lambda p: stream_flag if native.wants(p) else 0,
-        open_stream=native.NativeStream.open,
-    )
-    for _path, result in sorted(analysis.streamed.items()):
-        yield native.ElfFacts.from_json(result)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['label']:<28} {row['size_mb']:>8} {row['version']!s:<18} {row['seconds']:>6} "
             f"{row['mb_per_s']:>7} {row['baseline_rss_mb']:>9} {row['peak_rss_mb']:>9}"
         )
-        print(f"  soname={row['soname']} needed={','.join(row['needed'])} problem={row['problem']}")  # type: ignore[arg-type]
+        needed = ",".join(str(n) for n in row["needed"])  # type: ignore[attr-defined]
+        print(f"  soname={row['soname']} needed={needed} problem={row['problem']}")
     return 0 if all(r["version"] for r in rows) else 1
 
 

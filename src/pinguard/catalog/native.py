@@ -17,6 +17,7 @@ loader's configuration files (the resolver in ``audit/loader.py`` uses both).
 from __future__ import annotations
 
 import base64
+import bisect
 import fnmatch
 import hashlib
 import io
@@ -50,6 +51,7 @@ HEAD_CAP = 32 << 20
 PIECE_CAP = 4 << 20
 _ELF_MAGIC = b"\x7fELF"
 _HEAD_MIN = 64 << 10  # kept before the program headers are known
+_BLOCK = 1 << 20  # the kept head grows in blocks of about this size
 
 #: Library banners: (library, file name glob, literal prefix, pattern whose group 1 is the
 #: version). Only files whose name matches the glob are scanned, and only banners checked
@@ -225,8 +227,9 @@ class _MissingBytes(Exception):
 class _SparseStream(io.RawIOBase):
     """A read-only file of ``size`` bytes of which only some pieces are known."""
 
-    def __init__(self, pieces: list[tuple[int, bytes]], size: int) -> None:
-        self._pieces = sorted(pieces)
+    def __init__(self, pieces: list[tuple[int, bytes | bytearray]], size: int) -> None:
+        self._pieces = sorted(pieces, key=lambda p: p[0])
+        self._starts = [start for start, _ in self._pieces]
         self._size = size
         self._pos = 0
 
@@ -248,10 +251,12 @@ class _SparseStream(io.RawIOBase):
         if self._pos >= self._size:
             return b""
         want = self._size - self._pos if n < 0 else min(n, self._size - self._pos)
-        for start, data in self._pieces:
+        i = bisect.bisect_right(self._starts, self._pos) - 1
+        # pieces may overlap (a capture inside the head): take any that holds the position
+        for start, data in reversed(self._pieces[: i + 1]):
             if start <= self._pos < start + len(data):
                 lo = self._pos - start
-                out = data[lo : lo + want]
+                out = bytes(data[lo : lo + want])
                 self._pos += len(out)
                 return out
         raise _MissingBytes(self._pos)
@@ -265,7 +270,9 @@ class ElfScanner:
         self._pos = 0
         self._hash = hashlib.sha256()
         self._elf: bool | None = None
-        self._head = bytearray()
+        self._head = bytearray()  # the first block: the ELF and program headers
+        self._blocks: list[bytearray] = []  # what follows it, contiguous, in ~1 MiB blocks
+        self._kept = 0  # bytes kept from offset 0 (head and blocks)
         self._head_limit = _HEAD_MIN
         self._phdrs_done = False
         self._wanted: list[tuple[int, int]] = []  # (offset, end) still to capture
@@ -290,18 +297,16 @@ class ElfScanner:
         self._pos += len(data)
         if self._elf is False:
             return
-        if len(self._head) < self._head_limit:
-            self._head += data[: self._head_limit - len(self._head)]
+        self._keep_head(start, data)
         if self._elf is None and len(self._head) >= 4:
             self._elf = bytes(self._head[:4]) == _ELF_MAGIC
             if not self._elf:
                 self._head = bytearray()
+                self._blocks = []
                 return
         if not self._phdrs_done:
             self._try_headers()
-            # the limit may have grown past what this chunk already gave the head
-            if len(self._head) < min(self._pos, self._head_limit):
-                self._head += data[len(self._head) - start : self._head_limit - start]
+            self._keep_head(start, data)  # the limit may have grown past this chunk's start
         for lo, hi in self._wanted:
             if lo < self._pos and hi > start:
                 self._keep(lo, hi, start, data)
@@ -309,6 +314,33 @@ class ElfScanner:
             self._plan_strtab()
         if self._found is None and self._banners:
             self._scan(data)
+
+    def _keep_head(self, start: int, data: bytes) -> None:
+        """Keep the part of ``data`` (at file offset ``start``) that extends the head."""
+        end = min(self._pos, self._head_limit)
+        if self._kept >= end or self._kept < start:
+            return
+        piece = data[self._kept - start : end - start]
+        if not self._phdrs_done:
+            self._head += piece  # headers are parsed from one contiguous block
+        elif self._blocks and len(self._blocks[-1]) < _BLOCK:
+            self._blocks[-1] += piece
+        else:
+            self._blocks.append(bytearray(piece))
+        self._kept += len(piece)
+
+    def _kept_slice(self, off: int, size: int) -> bytes | None:
+        """Bytes ``[off, off+size)`` from the head and its blocks, if all kept."""
+        if off + size > self._kept:
+            return None
+        out = bytearray()
+        at = 0
+        for block in (self._head, *self._blocks):
+            lo, hi = max(off, at), min(off + size, at + len(block))
+            if lo < hi:
+                out += block[lo - at : hi - at]
+            at += len(block)
+        return bytes(out)
 
     def _keep(self, lo: int, hi: int, start: int, data: bytes) -> None:
         buf = next((b for off, b in self._captured if off == lo), None)
@@ -341,8 +373,9 @@ class ElfScanner:
             return None
         off, size = self._dynamic
         size = min(size, PIECE_CAP)
-        if off + size <= len(self._head):
-            return bytes(self._head[off : off + size])
+        kept = self._kept_slice(off, size)
+        if kept is not None:
+            return kept
         for lo, buf in self._captured:
             if lo == off and len(buf) >= size:
                 return bytes(buf[:size])
@@ -414,7 +447,7 @@ class ElfScanner:
         self._head_limit = min(HEAD_CAP, max(self._head_limit, first_load_end))
         if self._dynamic is not None:
             off, size = self._dynamic
-            if off + size > len(self._head) and off + size > self._head_limit:
+            if off + size > self._head_limit:
                 self._wanted.append((off, off + min(size, PIECE_CAP)))
 
     # -- parsing ---------------------------------------------------------------------------
@@ -444,21 +477,34 @@ class ElfScanner:
 
     def pieces(self) -> list[tuple[int, bytes]]:
         """What was kept: (file offset, bytes)."""
-        return [(0, bytes(self._head))] + [(o, bytes(b)) for o, b in self._captured]
+        return [(0, bytes(self._head))] + [(o, bytes(b)) for o, b in self._blocks_at()] + [
+            (o, bytes(b)) for o, b in self._captured
+        ]
 
-    def _parse_view(self) -> list[tuple[int, bytes]]:
+    def _blocks_at(self) -> list[tuple[int, bytearray]]:
+        out = []
+        at = len(self._head)
+        for block in self._blocks:
+            out.append((at, block))
+            at += len(block)
+        return out
+
+    def _parse_view(self) -> list[tuple[int, bytes | bytearray]]:
         """The kept pieces with the section header table hidden (``e_shoff``, ``e_shnum``
         and ``e_shstrndx`` zeroed): the section headers sit at the end of the file and are not
         kept, so pyelftools takes its stripped-file path and finds the string table through
         ``DT_STRTAB`` and the ``PT_LOAD`` segments."""
-        head = bytearray(self._head)
+        head = bytearray(self._head)  # one small block: the rest is passed uncopied
         if self._is64:
             head[40:48] = bytes(8)
             head[60:64] = bytes(4)
         else:
             head[32:36] = bytes(4)
             head[48:52] = bytes(4)
-        return [(0, bytes(head))] + [(o, bytes(b)) for o, b in self._captured]
+        pieces: list[tuple[int, bytes | bytearray]] = [(0, head)]
+        pieces += self._blocks_at()
+        pieces += [(o, b) for o, b in self._captured]
+        return pieces
 
     def _parse(self, base: ElfFacts) -> ElfFacts:
         stream = _SparseStream(self._parse_view(), self.size)
