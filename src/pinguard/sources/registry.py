@@ -20,7 +20,6 @@ import email.utils
 import hashlib
 import io
 import ipaddress
-import json
 import logging
 import os
 import random
@@ -43,8 +42,10 @@ from pinguard.sources.manifest import (
 )
 from pinguard.sources.manifest import (
     descriptor_platform,
+    parse_json_document,
     platform_from_config,
     platform_matches,
+    verify_bytes,
 )
 from pinguard.sources.reference import DockerReference, parse_reference
 
@@ -149,13 +150,6 @@ def _backoff(attempt: int) -> float:
 
 def _retryable(status: int) -> bool:
     return status == 429 or (status >= 500 and status not in _NOT_RETRYABLE_5XX)
-
-
-def _digest_of(algo: str, data: bytes) -> str:
-    try:
-        return f"{algo}:{hashlib.new(algo, data).hexdigest()}"
-    except ValueError:
-        raise SourceError(f"unsupported digest algorithm {algo!r}") from None
 
 
 class _NoNetrc(requests.auth.AuthBase):
@@ -516,24 +510,16 @@ class RegistrySource(ImageSource):
         finally:
             response.close()
         if ":" in reference and not reference.startswith(":"):
-            algo = reference.split(":", 1)[0]
-            actual = _digest_of(algo, body)
-            if actual != reference:
-                raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+            verify_bytes(body, reference, what)
             digest = reference
         else:
-            digest = _digest_of("sha256", body)
+            digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
         return body, content_type, digest
 
     def _parse_manifest(
         self, body: bytes, content_type: str, what: str
     ) -> tuple[dict[str, Any], str]:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise SourceError(f"{what} is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise SourceError(f"{what} is not a JSON object")
+        data = parse_json_document(body, what)
         media_type = data.get("mediaType") if isinstance(data.get("mediaType"), str) else ""
         if not media_type:
             if content_type in INDEX_TYPES | MANIFEST_TYPES:
@@ -582,16 +568,8 @@ class RegistrySource(ImageSource):
             body = self._read_limited(response, MAX_CONFIG_BYTES, what)
         finally:
             response.close()
-        actual = _digest_of(digest.split(":", 1)[0], body)
-        if actual != digest:
-            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
-        try:
-            config = json.loads(body)
-        except ValueError:
-            raise SourceError(f"{what} is not valid JSON") from None
-        if not isinstance(config, dict):
-            raise SourceError(f"{what} is not a JSON object")
-        return config
+        verify_bytes(body, digest, what)
+        return parse_json_document(body, what)
 
     def _blob_url(self, digest: str) -> str:
         return f"{self.base_url}/v2/{self.ref.repository}/blobs/{digest}"
