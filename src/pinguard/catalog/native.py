@@ -477,9 +477,11 @@ class ElfScanner:
 
     def pieces(self) -> list[tuple[int, bytes]]:
         """What was kept: (file offset, bytes)."""
-        return [(0, bytes(self._head))] + [(o, bytes(b)) for o, b in self._blocks_at()] + [
-            (o, bytes(b)) for o, b in self._captured
-        ]
+        return (
+            [(0, bytes(self._head))]
+            + [(o, bytes(b)) for o, b in self._blocks_at()]
+            + [(o, bytes(b)) for o, b in self._captured]
+        )
 
     def _blocks_at(self) -> list[tuple[int, bytearray]]:
         out = []

@@ -7,13 +7,15 @@ gives the same bytes. The schema file lives in ``pinguard/schemas/audit-v1.schem
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pinguard.models import SCHEMA_ID, AuditResult, Finding, NativeLibrary, Resolution, Snapshot
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
+# A JSON object as plain data.
+JsonObject = dict[str, object]
 
-def finding_dict(f: Finding) -> dict[str, Any]:
+
+def finding_dict(f: Finding) -> JsonObject:
     return {
         "rule": f.rule,
         "severity": f.severity.value,
@@ -29,11 +31,11 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
-def finding_sort_key(f: Finding) -> tuple[Any, ...]:
+def finding_sort_key(f: Finding) -> tuple[int, str, str, str, str]:
     return (f.step or 0, f.environment or "", f.package or "", f.rule, f.message)
 
 
-def native_library_dict(lib: NativeLibrary) -> dict[str, Any]:
+def native_library_dict(lib: NativeLibrary) -> JsonObject:
     owner = (
         None
         if lib.owner_kind is None
@@ -60,7 +62,7 @@ def native_library_dict(lib: NativeLibrary) -> dict[str, Any]:
     }
 
 
-def resolution_dict(r: Resolution) -> dict[str, Any]:
+def resolution_dict(r: Resolution) -> JsonObject:
     return {
         "consumer": r.consumer,
         "needed": r.needed,
@@ -71,7 +73,7 @@ def resolution_dict(r: Resolution) -> dict[str, Any]:
     }
 
 
-def _step_native(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
+def _step_native(before: Snapshot, after: Snapshot) -> JsonObject | None:
     """What one step did to the native libraries, and the resolutions when they changed."""
     old = {lib.path: lib for lib in before.native}
     new = {lib.path: lib for lib in after.native}
@@ -105,7 +107,7 @@ def _in_env(path: str, env_path: str) -> bool:
     return path.startswith(env_path.rstrip("/") + "/")
 
 
-def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
+def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> JsonObject:
     """The JSON document as plain data (see ``render``)."""
     image = result.image
     steps = []
@@ -154,7 +156,7 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> di
             out["native"] = native
         previous = snap
     envs_paths = [env.path for env in result.final.environments]
-    environments = [
+    environments: list[JsonObject] = [
         {
             "path": env.path,
             "python": env.python,
