@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from pathlib import Path
 
 from pinguard.audit.state import State
 from pinguard.catalog import AnalyzerOptions, Analyzers, native
@@ -93,9 +94,42 @@ def test_state_whiteouts_and_replacements() -> None:
 def native_so() -> bytes:
     """A real shared object from gcc (any will do)."""
     import tempfile
-    from pathlib import Path
 
     from tests.infra.native import build_so
 
     with tempfile.TemporaryDirectory() as tmp:
         return build_so(Path(tmp) / "libx.so", soname="libx.so").read_bytes()
+
+
+def test_directory_audit_sees_libraries_links_and_resolutions(tmp_path: Path) -> None:
+    """dir: reads shared objects, symlinks (never followed) and ld.so.conf like a layer."""
+    from pinguard.audit.pipeline import audit_image
+    from tests.infra.native import build_so
+
+    root = tmp_path / "root"
+    multiarch = root / "usr/lib/x86_64-linux-gnu"
+    multiarch.mkdir(parents=True)
+    nccl = build_so(
+        multiarch / "libnccl.so.2.28.9",
+        soname="libnccl.so.2",
+        banner="NCCL version 2.28.9+cuda13.0",
+    )
+    (multiarch / "libnccl.so.2").symlink_to("libnccl.so.2.28.9")
+    (root / "lib").symlink_to("usr/lib")
+    app = root / "opt/app/lib"
+    app.mkdir(parents=True)
+    build_so(app / "libapp.so", soname="libapp.so", needed=[nccl])
+    for leftover in root.rglob("*.c"):
+        leftover.unlink()
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text("")  # a Debian tree: multiarch defaults
+    result = audit_image(f"dir:{root}")
+    libs = {lib.path: lib for lib in result.final.native}
+    assert libs["/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.9"].version == "2.28.9+cuda13.0"
+    assert libs["/opt/app/lib/libapp.so"].needed == ("libnccl.so.2", "libc.so.6")
+    (res,) = [r for r in result.final.resolutions if r.needed == "libnccl.so.2"]
+    assert (res.path, res.real, res.via) == (
+        "/lib/x86_64-linux-gnu/libnccl.so.2",
+        "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.9",
+        "default",
+    )

@@ -25,6 +25,7 @@ searched, and an ``ld.so.cache`` that ``ldconfig`` was not re-run for is taken a
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -165,8 +166,6 @@ def resolve_state(
     A soname is provided by a file named like it or declaring it as ``DT_SONAME``; provided
     twice means by two different regular files. Sorted by consumer, then ``DT_NEEDED`` order.
     """
-    import fnmatch
-
     providers: dict[str, set[str]] = {}
     by_soname: dict[str, list[str]] = {}
     for lib in libs:

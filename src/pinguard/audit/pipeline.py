@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Protocol
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.loader import LoaderConfig, attach_native, image_env
 from pinguard.audit.state import State
-from pinguard.catalog import AnalyzerOptions, Analyzers, native
+from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native
 from pinguard.errors import SourceError
 from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.layers.cache import LayerCache
@@ -272,7 +272,10 @@ def build_result(
         snap = state.apply(analysis)
         if snap.native or previous.native:
             loader = LoaderConfig.of(
-                env, native.loader_files(state.files), machine=machine, debian=bool(snap.debs)
+                env,
+                native.parse_ld_so_conf(state.files),
+                machine=machine,
+                debian=dpkg.STATUS in state.files,
             )
             snap = attach_native(
                 snap, previous, layer.digest, analysis.streamed, native.state_view(state), loader

@@ -1,17 +1,19 @@
-"""Native shared objects read from a stream: ELF dynamic facts, version banners, digests.
+"""Native shared objects: ELF facts read from a stream, their links, owners and analyzer.
 
-This module owns what pinguard learns from one ELF shared object without holding the file:
-``ElfScanner`` is fed the member's bytes chunk by chunk (as the layer walk streams them) and
-keeps only bounded pieces: the ELF and program headers and the early region of the file
-(where the dynamic string table sits in what GNU ld and lld write), the ``PT_DYNAMIC``
-segment captured when the stream reaches its offset, and the string table itself if it
-comes after the dynamic segment. pyelftools parses those pieces afterwards (through a
-sparse stream that serves only them), giving ``DT_SONAME``, ``DT_NEEDED``, ``DT_RPATH`` and
-``DT_RUNPATH``. Version banners ("NCCL version 2.28.9+cuda13.0") are searched chunk by
-chunk with an overlap, so a banner split across two chunks is still found. The content
-digest is RECORD's format (``sha256=<urlsafe b64>``) so it compares with a wheel's RECORD.
-Which paths are shared objects worth reading is ``wants``; ``parse_ld_so_conf`` reads the
-loader's configuration files (the resolver in ``audit/loader.py`` uses both).
+This module owns what pinguard learns about ELF shared objects without holding a file:
+``ElfScanner`` is fed a member's bytes chunk by chunk (as the layer walk streams them) and
+keeps only bounded pieces: the ELF and program headers and the start of the file up to the
+end of the first ``PT_LOAD`` segment (at most ``HEAD_CAP``; where GNU ld and lld put the
+dynamic string table), the ``PT_DYNAMIC`` segment captured when the stream reaches its
+offset, and the string table itself if it comes after the dynamic segment. pyelftools
+parses those pieces afterwards (through a sparse stream that serves only them), giving
+``DT_SONAME``, ``DT_NEEDED``, ``DT_RPATH`` and ``DT_RUNPATH``. Version banners ("NCCL version
+2.28.9+cuda13.0") are searched chunk by chunk with an overlap, so a banner split across two
+chunks is still found. The content digest is RECORD's format (``sha256=<urlsafe b64>``).
+``NativeAnalyzer`` plugs this into the catalog: it streams shared objects and dpkg's
+``.list`` files, captures ``/etc/ld.so.conf(.d)``, keeps links, and per state joins each
+library to its owner (``libraries``). ``FileView`` is a state's files and links as the
+loader resolver (``pinguard.audit.loader``) walks them.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def is_ld_so_conf(path: str) -> bool:
     )
 
 
-def parse_ld_so_conf(files: dict[str, bytes], path: str = "/etc/ld.so.conf") -> tuple[str, ...]:
+def parse_ld_so_conf(files: Mapping[str, bytes], path: str = "/etc/ld.so.conf") -> tuple[str, ...]:
     """The directories ``ldconfig`` reads from ``path`` and its ``include`` globs, in order.
 
     Comments (``#``) and blank lines are ignored; ``include`` patterns are expanded over the
@@ -751,8 +753,3 @@ def state_view(state: StateView) -> FileView:
         p for p, r in state.streamed.items() if isinstance(r.get(NativeAnalyzer.name), dict)
     )
     return FileView(files, dict(state.links))
-
-
-def loader_files(files: Mapping[str, bytes]) -> tuple[str, ...]:
-    """The ld.so.conf directories of a state's captured files."""
-    return parse_ld_so_conf(dict(files))
