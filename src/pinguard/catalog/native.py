@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import bisect
 import fnmatch
+import functools
 import hashlib
 import io
 import posixpath
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Literal, cast
 
 from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSegment
-from elftools.elf.elffile import ELFFile
+from elftools.common.utils import parse_cstring_from_stream, struct_parse
+from elftools.elf.structs import ELFStructs
 
 from pinguard.catalog.interface import (
     Analyzer,
@@ -494,51 +495,77 @@ class ElfScanner:
         return out
 
     def _parse_view(self) -> list[tuple[int, bytes | bytearray]]:
-        """The kept pieces with the section header table hidden (``e_shoff``, ``e_shnum``
-        and ``e_shstrndx`` zeroed): the section headers sit at the end of the file and are not
-        kept, so pyelftools takes its stripped-file path and finds the string table through
-        ``DT_STRTAB`` and the ``PT_LOAD`` segments."""
-        head = bytearray(self._head)  # one small block: the rest is passed uncopied
-        if self._is64:
-            head[40:48] = bytes(8)
-            head[60:64] = bytes(4)
-        else:
-            head[32:36] = bytes(4)
-            head[48:52] = bytes(4)
-        pieces: list[tuple[int, bytes | bytearray]] = [(0, head)]
+        """The kept pieces, uncopied, for the sparse stream the parser reads. The section
+        headers (at the end of the file) are not among them: the string table is found
+        through ``DT_STRTAB`` and the ``PT_LOAD`` segments, as the loader finds it."""
+        pieces: list[tuple[int, bytes | bytearray]] = [(0, self._head)]
         pieces += self._blocks_at()
         pieces += [(o, b) for o, b in self._captured]
         return pieces
 
     def _parse(self, base: ElfFacts) -> ElfFacts:
-        stream = _SparseStream(self._parse_view(), self.size)
+        """The dynamic tags of the kept pieces, decoded with pyelftools' ELF structures."""
+        stream = cast(IO[bytes], _SparseStream(self._parse_view(), self.size))
+        elfclass = 64 if self._is64 else 32
         try:
-            elf = ELFFile(cast(IO[bytes], stream))
-            for segment in elf.iter_segments():
-                if not isinstance(segment, DynamicSegment):
-                    continue
-                soname: str | None = None
-                needed: list[str] = []
-                rpath: list[str] = []
-                runpath: list[str] = []
-                for tag in segment.iter_tags():
-                    kind = tag.entry.d_tag
-                    if kind == "DT_NEEDED":
-                        needed.append(str(vars(tag)["needed"]))
-                    elif kind == "DT_SONAME":
-                        soname = str(vars(tag)["soname"])
-                    elif kind == "DT_RPATH":
-                        rpath.extend(p for p in str(vars(tag)["rpath"]).split(":") if p)
-                    elif kind == "DT_RUNPATH":
-                        runpath.extend(p for p in str(vars(tag)["runpath"]).split(":") if p)
-                return _replace(
-                    base,
-                    soname=soname,
-                    needed=tuple(needed),
-                    rpath=tuple(rpath),
-                    runpath=tuple(runpath),
+            header = struct_parse(_structs(self._little, elfclass).Elf_Ehdr, stream, 0)
+            structs = _structs(
+                self._little,
+                elfclass,
+                header["e_type"],
+                header["e_machine"],
+                header["e_ident"]["EI_OSABI"],
+            )
+            loads: list[tuple[int, int, int]] = []
+            dynamic: tuple[int, int] | None = None
+            for i in range(header["e_phnum"]):
+                ph = struct_parse(
+                    structs.Elf_Phdr, stream, header["e_phoff"] + i * header["e_phentsize"]
                 )
-            return base  # no dynamic segment: nothing to resolve (a static object)
+                if ph["p_type"] == "PT_LOAD":
+                    loads.append((ph["p_vaddr"], ph["p_offset"], ph["p_filesz"]))
+                elif ph["p_type"] == "PT_DYNAMIC" and dynamic is None:
+                    dynamic = (ph["p_offset"], ph["p_filesz"])
+            if dynamic is None:
+                return base  # no dynamic segment: nothing to resolve (a static object)
+            entries: list[tuple[str, int]] = []
+            width = structs.Elf_Dyn.sizeof()
+            for i in range(min(dynamic[1], PIECE_CAP) // width):
+                entry = struct_parse(structs.Elf_Dyn, stream, dynamic[0] + i * width)
+                if entry["d_tag"] == "DT_NULL":
+                    break
+                entries.append((str(entry["d_tag"]), int(entry["d_val"])))
+            strtab = next((v for t, v in entries if t == "DT_STRTAB"), None)
+            offset = _file_offset(strtab, loads) if strtab is not None else None
+            if offset is None:
+                return _replace(base, problem="the dynamic string table is in no PT_LOAD")
+
+            def string(at: int) -> str:
+                raw = parse_cstring_from_stream(stream, offset + at)
+                if raw is None:
+                    raise ELFError(f"unterminated string at {offset + at}")
+                return raw.decode("utf-8", "surrogateescape")
+
+            soname: str | None = None
+            needed: list[str] = []
+            rpath: list[str] = []
+            runpath: list[str] = []
+            for tag, value in entries:
+                if tag == "DT_NEEDED":
+                    needed.append(string(value))
+                elif tag == "DT_SONAME":
+                    soname = string(value)
+                elif tag == "DT_RPATH":
+                    rpath.extend(p for p in string(value).split(":") if p)
+                elif tag == "DT_RUNPATH":
+                    runpath.extend(p for p in string(value).split(":") if p)
+            return _replace(
+                base,
+                soname=soname,
+                needed=tuple(needed),
+                rpath=tuple(rpath),
+                runpath=tuple(runpath),
+            )
         except _MissingBytes as exc:
             return _replace(
                 base,
@@ -547,6 +574,30 @@ class ElfScanner:
             )
         except (ELFError, ValueError, KeyError, AttributeError) as exc:
             return _replace(base, problem=f"cannot parse the ELF dynamic section: {exc}")
+
+
+def _file_offset(vaddr: int, loads: Sequence[tuple[int, int, int]]) -> int | None:
+    for start, offset, size in loads:
+        if start <= vaddr < start + size:
+            return offset + (vaddr - start)
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _structs(
+    little: bool,
+    elfclass: int,
+    e_type: str | None = None,
+    e_machine: str | None = None,
+    osabi: str | None = None,
+) -> ELFStructs:
+    """pyelftools' structures for one ELF flavour, built once (building them per file is
+    most of the cost of reading a small library)."""
+    structs = ELFStructs(little_endian=little, elfclass=elfclass)
+    structs.create_basic_structs()
+    if e_type is not None:
+        structs.create_advanced_structs(e_type, e_machine, osabi)
+    return structs
 
 
 @dataclass(frozen=True, slots=True)
