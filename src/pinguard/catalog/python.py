@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from packaging.metadata import parse_email
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from pinguard.catalog.interface import (
@@ -32,6 +31,7 @@ from pinguard.catalog.interface import (
 )
 from pinguard.layers.tar import CAPTURE, HASH, SKIP
 from pinguard.models import Distribution, Environment, Incomplete
+from pinguard.target import parse_requirement
 
 VERSION = "1"  # bump when parsing changes (the layer cache key also covers this source)
 
@@ -154,13 +154,6 @@ def _vkey(v: str) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=65536)
-def parse_requirement(text: str) -> Requirement | None:
-    try:
-        return Requirement(text)
-    except InvalidRequirement:
-        return None
-
-
 def _requires_txt(text: str) -> list[str]:
     """setuptools' requires.txt sections -> Requires-Dist strings with markers."""
     out: list[str] = []

@@ -38,16 +38,13 @@ from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.manifest import (
-    default_platform as host_platform,
-)
-from pinguard.sources.manifest import (
     descriptor_platform,
     parse_json_document,
     platform_from_config,
-    platform_matches,
     verify_bytes,
 )
 from pinguard.sources.reference import DockerReference, parse_reference
+from pinguard.target import host_platform, platform_matches
 
 log = logging.getLogger(__name__)
 
