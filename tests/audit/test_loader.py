@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pinguard.audit.loader import FileView, LoaderConfig, expand, resolve_needed
+from pinguard.audit.loader import LoaderConfig, expand, resolve_needed
+from pinguard.catalog.native import FileView
 from pinguard.models import NativeLibrary
 
 SITE = "/usr/local/lib/python3.11/dist-packages"

@@ -11,7 +11,7 @@ import pytest
 from pinguard.models import AuditResult, ChangeKind, NativeLibrary, Resolution, Snapshot, Step
 from pinguard.policy import evaluate, parse_policy
 from pinguard.policy.load import PolicyError
-from tests.policy.factories import ENV, change, dist, environment, result, step
+from tests.factories import ENV, change, dist, environment, result, step
 
 WHEEL = f"{ENV}/nvidia/nccl/lib/libnccl.so.2"
 DEB = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.9"

@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 
 from pinguard.models import NativeLibrary, Resolution, Snapshot
-from pinguard.report.json import render, to_dict
-from tests.policy.factories import ENV, dist, environment, result, step
+from pinguard.report.json import render
+from tests.factories import ENV, dist, environment, result, step
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "src/pinguard/schemas/audit-v1.schema.json").read_text()
@@ -44,7 +44,7 @@ def test_native_fields_validate_and_sit_where_documented() -> None:
     base = result(environment(dist("nvidia-nccl-cu13", "2.30.3")), steps=[step(1), step(2)])
     first = Snapshot(native=(deb,))
     final = dataclasses.replace(base.final, native=(wheel, deb), resolutions=(res,))
-    doc = to_dict(dataclasses.replace(base, final=final, snapshots=(first, final)))
+    doc = json.loads(render(dataclasses.replace(base, final=final, snapshots=(first, final))))
     jsonschema.validate(doc, SCHEMA)
     assert [x["path"] for x in doc["native_libraries"]] == [DEB]
     assert [x["path"] for x in doc["environments"][0]["native_libraries"]] == [WHEEL]
@@ -70,7 +70,7 @@ def test_native_fields_validate_and_sit_where_documented() -> None:
 
 def test_no_native_libraries_keeps_the_revision_1_document() -> None:
     """An image without native libraries gives no new keys at all (old consumers see v1)."""
-    doc = to_dict(result(environment(dist("a", "1.0")), steps=[step(1)]))
+    doc = json.loads(render(result(environment(dist("a", "1.0")), steps=[step(1)])))
     assert "native_libraries" not in doc
     assert "resolutions" not in doc
     assert "native" not in doc["steps"][0]

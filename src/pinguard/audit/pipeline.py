@@ -37,6 +37,7 @@ from pinguard.models import (
     Unmet,
 )
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+from pinguard.target import platform_machine
 
 
 class Progress(Protocol):
@@ -256,7 +257,7 @@ def build_result(
     entries, notes = _history_steps(resolved)
     state = State(analyzers)
     env = image_env(resolved.config)
-    machine = resolved.platform.machine if resolved.platform is not None else "x86_64"
+    machine = platform_machine(resolved.platform) if resolved.platform is not None else "x86_64"
     previous = Snapshot()
     steps: list[Step] = []
     snapshots: list[Snapshot] = []

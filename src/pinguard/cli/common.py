@@ -208,17 +208,6 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
     return audit_image(reference, options=options)
 
 
-def load_policies(paths: Sequence[str]) -> Policy:
-    """The given policy files, else the discovered one, else the built-in default."""
-    from pinguard.policy.load import discover, load_policy
-    from pinguard.policy.model import default_policy
-
-    if paths:
-        return load_policy(*paths)
-    found = discover(Path.cwd())
-    return load_policy(found) if found is not None else default_policy()
-
-
 def judge(
     result: AuditResult, args: argparse.Namespace, policy: Policy | None = None
 ) -> AuditResult:
@@ -226,9 +215,10 @@ def judge(
     import dataclasses
 
     from pinguard.policy.engine import evaluate
+    from pinguard.policy.load import load_run_policy
 
     if policy is None:
-        policy = load_policies(args.policy)
+        policy = load_run_policy(args.policy)
     findings = evaluate(
         result,
         policy,

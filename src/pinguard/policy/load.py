@@ -9,7 +9,9 @@ other files relative to the extending one; they are loaded first (depth first, e
 and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
 in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]``, ``[[native-pin]]``
 and ``[[waiver]]`` entries accumulate. ``discover`` finds ``pinguard.toml`` or a
-``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards.
+``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards; ``load_run_policy``
+is what every command loads (the given files, else the discovered one, else the built-in
+default).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar
 
 import tomlkit
 import tomlkit.exceptions
@@ -46,6 +48,7 @@ from pinguard.policy.model import (
     Policy,
     Scope,
     Waiver,
+    default_policy,
     default_rules,
 )
 
@@ -96,13 +99,31 @@ class PolicyError(ConfigError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+class _ScopeFields(TypedDict, total=False):
+    """The scope keys an entry or rule table sets, converted."""
+
+    environments: tuple[str, ...]
+    platforms: tuple[str, ...]
+    targets: tuple[str, ...]
+    marker: Marker | None
+
+
+class _RuleFields(TypedDict, total=False):
+    """The other keys a ``[rules.<rule>]`` table sets, converted."""
+
+    severity: Severity
+    enabled: bool
+    allow: frozenset[NormalizedName]
+    packages: frozenset[NormalizedName]
+
+
 @dataclass(slots=True)
 class _Layer:
     """What one file says, before merging."""
 
     file: str
     extends: list[tuple[Path, int]] = field(default_factory=list)
-    rules: dict[str, tuple[dict[str, Any], Origin]] = field(default_factory=dict)
+    rules: dict[str, tuple[_RuleFields, _ScopeFields, Origin]] = field(default_factory=dict)
     pins: list[Pin] = field(default_factory=list)
     forbidden: list[Forbidden] = field(default_factory=list)
     couplings: list[Coupling] = field(default_factory=list)
@@ -282,13 +303,15 @@ class _Reader:
             )
             return None
 
-    def scope_fields(self, data: TomlTable, path: KeyPath) -> dict[str, Any]:
+    def scope_fields(self, data: TomlTable, path: KeyPath) -> _ScopeFields:
         """The scope keys present in ``data``, converted (absent keys are left out)."""
-        out: dict[str, Any] = {}
-        for key in ("environments", "targets"):
-            value = self.strings(data, path, key)
-            if value is not None:
-                out[key] = value
+        out: _ScopeFields = {}
+        environments = self.strings(data, path, "environments")
+        if environments is not None:
+            out["environments"] = environments
+        targets = self.strings(data, path, "targets")
+        if targets is not None:
+            out["targets"] = targets
         platforms = self.strings(data, path, "platforms")
         if platforms is not None:
             for p in platforms:
@@ -352,19 +375,22 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
             body = reader.table(value, path, allowed)
             if body is None:
                 continue
-            fields: dict[str, Any] = {}
+            fields: _RuleFields = {}
             sev = reader.severity(body, path)
             if sev is not None:
                 fields["severity"] = sev
             enabled = reader.boolean(body, path, "enabled")
             if enabled is not None:
                 fields["enabled"] = enabled
-            fields.update(reader.scope_fields(body, path))
-            for key in _RULE_EXTRA.get(rule_id, ()):
-                names = reader.names(body, path, key)
-                if names is not None:
-                    fields[key] = names
-            layer.rules[rule_id] = (fields, reader.origin(path))
+            scoped = reader.scope_fields(body, path)
+            extra = _RULE_EXTRA.get(rule_id, ())
+            allow = reader.names(body, path, "allow") if "allow" in extra else None
+            if allow is not None:
+                fields["allow"] = allow
+            packages = reader.names(body, path, "packages") if "packages" in extra else None
+            if packages is not None:
+                fields["packages"] = packages
+            layer.rules[rule_id] = (fields, scoped, reader.origin(path))
 
     for path, value in reader.entries(top, "pin"):
         body = reader.table(value, path, _PIN_KEYS, ("package", "version"))
@@ -540,10 +566,9 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         files.append(layer.file)
         if layer.require_guard is not None:
             require_guard = layer.require_guard
-        for rule_id, (fields, origin) in layer.rules.items():
+        for rule_id, (fields, scope_fields, origin) in layer.rules.items():
             cfg = rules[rule_id]
-            scope_changes = {k: fields.pop(k) for k in _SCOPE_KEYS if k in fields}
-            scope = dataclasses.replace(cfg.scope, **scope_changes)
+            scope = dataclasses.replace(cfg.scope, **scope_fields)
             rules[rule_id] = dataclasses.replace(cfg, **fields, scope=scope, origin=origin)
         pins.extend(layer.pins)
         forbidden.extend(layer.forbidden)
@@ -612,3 +637,14 @@ def discover(start: str | os.PathLike[str] | None = None) -> Path | None:
         if candidate.is_file() and _has_tool_table(candidate):
             return candidate
     return None
+
+
+def load_run_policy(
+    paths: Sequence[str | os.PathLike[str]], start: str | os.PathLike[str] | None = None
+) -> Policy:
+    """The policy of one command: the given ``paths`` in order; without any, the file
+    ``discover(start)`` finds; without one, the built-in default."""
+    if paths:
+        return load_policy(*paths)
+    found = discover(start)
+    return load_policy(found) if found is not None else default_policy()

@@ -42,7 +42,7 @@ from tests.infra.native import (
 
 pytestmark = pytest.mark.integration
 SCHEMA = json.loads(
-    (Path(__file__).parents[1] / "src/pinguard/schemas/audit-v1.schema.json").read_text()
+    (Path(__file__).parents[2] / "src/pinguard/schemas/audit-v1.schema.json").read_text()
 )
 TODAY = _dt.date(2026, 12, 1)
 
@@ -220,7 +220,7 @@ def test_cli_audit_exit_code(layout: Path, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        cwd=Path(__file__).parents[1],
+        cwd=Path(__file__).parents[2],
     )
     assert proc.returncode == 1, proc.stderr
     rules = {f["rule"] for f in json.loads(proc.stdout)["findings"]}
