@@ -27,6 +27,9 @@ declare -A PACKAGE_FOR=(
   [openssl]=openssl
   [python3]=python3
   [tar]=tar
+  [gcc]=gcc            # native-library tests build real shared objects
+  [readelf]=binutils   # ... and check them against readelf -d
+  [dpkg-deb]=dpkg      # ... and package one as a real .deb
 )
 missing=()
 for tool in "${!PACKAGE_FOR[@]}"; do
