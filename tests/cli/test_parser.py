@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import pinguard.cli
@@ -38,3 +41,19 @@ def test_policy_options_are_the_shared_ones(command: str) -> None:
     assert args.policy == ["a.toml", "b.toml"]
     assert args.target == ["t"]
     assert args.fail_on == ("warning" if command == "lint" else "error")
+
+
+def test_building_the_parser_needs_only_what_the_guard_zipapp_ships() -> None:
+    """`pinguard.pyz guard` builds the whole parser; the zipapp leaves out requests,
+    platformdirs, isal and zstandard (scripts/build_zipapp.py), so registering the
+    subcommands must not import them."""
+    blocked = ("requests", "platformdirs", "isal", "zstandard")
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from pinguard.cli import build_parser\n"
+        "build_parser()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
