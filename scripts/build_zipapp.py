@@ -3,8 +3,9 @@
 The zipapp is what a Dockerfile copies into an image to run ``pinguard guard`` after each
 install step, so it must start on a stock ``python3`` (Debian/Ubuntu, 3.10+) with no network
 and no compiled extension. It holds the ``pinguard`` package and the pure-Python
-distributions the guard path imports: packaging, tomlkit, rich, pygments, markdown-it-py and
-mdurl (and typing-extensions where the interpreter running this script still needs it).
+distributions the guard path imports: packaging, tomlkit, rich, pygments, markdown-it-py,
+mdurl and pyelftools (the native-library analyzer; typing-extensions too where the
+interpreter running this script still needs it).
 By default they are copied, file by file from their RECORDs, out of the environment running
 this script (offline, the versions the tests ran with); ``--pip`` instead runs
 ``pip install --target`` (from PyPI or ``--find-links``). The optional accelerators (isal,
@@ -31,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "pinguard"
-RUNTIME = ("packaging", "tomlkit", "rich", "pygments", "markdown-it-py", "mdurl")
+RUNTIME = ("packaging", "tomlkit", "rich", "pygments", "markdown-it-py", "mdurl", "pyelftools")
 INTERPRETER = "/usr/bin/env python3"
 MAIN = "pinguard.cli:main"
 EPOCH = (1980, 1, 1, 0, 0, 0)

@@ -30,6 +30,9 @@ declare -A PACKAGE_FOR=(
   [tar]=tar
   [chromium]=chromium
   [chromedriver]=chromium-driver
+  [gcc]=gcc            # native-library tests build real shared objects
+  [readelf]=binutils   # ... and check them against readelf -d
+  [dpkg-deb]=dpkg      # ... and package one as a real .deb
 )
 missing=()
 for tool in "${!PACKAGE_FOR[@]}"; do

@@ -122,12 +122,60 @@ class DebPackage:
 
 
 @dataclass(frozen=True, slots=True)
+class NativeLibrary:
+    """One ELF shared object in a state: its dynamic facts, banner version and owner.
+
+    ``owner_kind`` is ``"wheel"`` (the distribution whose RECORD lists the path; then
+    ``owner_environment`` is its environment and ``record_digest`` the RECORD's hash of the
+    file), ``"deb"`` (the package whose ``/var/lib/dpkg/info/*.list`` lists it) or None.
+    ``problem`` says what could not be read of it.
+    """
+
+    path: str
+    digest: str  # "sha256=<urlsafe b64>", as in RECORD
+    size: int
+    layer: str  # digest of the layer that wrote it
+    soname: str | None = None
+    needed: tuple[str, ...] = ()
+    rpath: tuple[str, ...] = ()
+    runpath: tuple[str, ...] = ()
+    library: str | None = None  # which banner matched ("nccl")
+    version: str | None = None  # the version its banner states
+    owner_kind: str | None = None
+    owner: str | None = None
+    owner_version: str | None = None
+    owner_environment: str | None = None
+    record_digest: str | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Where the loader finds one ``DT_NEEDED`` of one object, and by which search path.
+
+    ``path`` is the name the loader opens (as ``ld.so --list`` prints it), ``real`` the
+    regular file it is after symlinks; both None when nothing is found. ``via`` is
+    ``DT_RPATH``, ``LD_LIBRARY_PATH``, ``DT_RUNPATH``, ``ld.so.conf``, ``ld.so.conf (soname)``,
+    ``default`` or ``path`` (a NEEDED with a slash); ``directory`` is the entry that matched.
+    """
+
+    consumer: str
+    needed: str
+    path: str | None
+    real: str | None
+    via: str
+    directory: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What was installed after one step."""
 
     environments: tuple[Environment, ...] = ()
     debs: tuple[DebPackage, ...] = ()
     incomplete: tuple[Incomplete, ...] = ()
+    native: tuple[NativeLibrary, ...] = ()  # sorted by path
+    resolutions: tuple[Resolution, ...] = ()  # sorted by consumer, then NEEDED order
 
     def environment(self, path: str) -> Environment | None:
         for env in self.environments:

@@ -101,7 +101,9 @@ EDITS = {
     "python analyzer VERSION": _replace("catalog/python.py", 'VERSION = "1"', 'VERSION = "2"'),
     "dpkg analyzer": _append("catalog/dpkg.py", "\n# status parsing changed\n"),
     "analyzer registry": _append("catalog/registry.py", "\n# selection changed\n"),
-    "a new module in catalog": lambda pkg: (pkg / "catalog" / "native.py").write_text("X = 1\n"),
+    "a new module in catalog": lambda pkg: (pkg / "catalog" / "newly_added.py").write_text(
+        "X = 1\n"
+    ),
 }
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_environments
+from pinguard.audit.loader import LoaderConfig, attach_native, image_env
 from pinguard.audit.state import State
-from pinguard.catalog import AnalyzerOptions, Analyzers
+from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native
 from pinguard.errors import SourceError
 from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.layers.cache import LayerCache
@@ -36,6 +37,7 @@ from pinguard.models import (
     Unmet,
 )
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+from pinguard.target import platform_machine
 
 
 class Progress(Protocol):
@@ -292,6 +294,8 @@ def build_result(
     """Replay the analyses through the image history into steps, snapshots and diffs."""
     entries, notes = _history_steps(resolved)
     state = State(analyzers)
+    env = image_env(resolved.config)
+    machine = platform_machine(resolved.platform) if resolved.platform is not None else "x86_64"
     previous = Snapshot()
     steps: list[Step] = []
     snapshots: list[Snapshot] = []
@@ -305,6 +309,16 @@ def build_result(
         for path, why in analysis.unreadable:
             incomplete.setdefault((path, why), Incomplete(path, why))
         snap = state.apply(analysis)
+        if snap.native or previous.native:
+            loader = LoaderConfig.of(
+                env,
+                native.parse_ld_so_conf(state.files),
+                machine=machine,
+                debian=dpkg.STATUS in state.files,
+            )
+            snap = attach_native(
+                snap, previous, layer.digest, analysis.streamed, native.state_view(state), loader
+            )
         for item in snap.incomplete:
             incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)

@@ -72,6 +72,7 @@ class State(StateView):
         self._files: _Tree[bytes] = _Tree()
         self._hashes: _Tree[str] = _Tree()
         self._streamed: _Tree[Mapping[str, object]] = _Tree()
+        self._links: _Tree[str] = _Tree()
         self.catalog = (analyzers or Analyzers.for_options(AnalyzerOptions())).catalog()
 
     @property
@@ -86,8 +87,13 @@ class State(StateView):
     def streamed(self) -> dict[str, Mapping[str, object]]:
         return self._streamed.items
 
+    @property
+    def links(self) -> dict[str, str]:
+        return self._links.items
+
     def _remove_tree(self, path: str, keep_root: bool) -> list[str]:
         self._hashes.remove_tree(path, keep_root)
+        self._links.remove_tree(path, keep_root)
         gone = self._streamed.remove_tree(path, keep_root)
         return self._files.remove_tree(path, keep_root) + gone
 
@@ -108,6 +114,11 @@ class State(StateView):
             if not isinstance(results, Mapping):
                 raise TypeError(f"streamed result for {path!r} is not keyed by analyzer")
             self._streamed.add(path, results)
+            self._links.remove_tree(path, keep_root=False)  # a file replaced a link
+            touched.append(path)
+        for path, target in layer.links.items():
+            self._links.add(path, target)
+            self._streamed.remove_tree(path, keep_root=False)  # a link replaced a file
             touched.append(path)
         self.catalog.update(self, touched)
         return self.catalog.snapshot(self)

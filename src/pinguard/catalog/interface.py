@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pinguard.errors import LayerError
 from pinguard.layers.tar import MemberStream
-from pinguard.models import DebPackage, Environment, Incomplete
+from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,11 @@ class StateView(abc.ABC):
     def streamed(self) -> Mapping[str, Mapping[str, object]]:
         """Per streamed path: {analyzer name: what its member consumer returned}."""
 
+    @property
+    @abc.abstractmethod
+    def links(self) -> Mapping[str, str]:
+        """Symlinks and hard links an analyzer flagged LINK: path -> target as stored."""
+
 
 @dataclass(slots=True)
 class SnapshotParts:
@@ -53,6 +58,7 @@ class SnapshotParts:
     environments: list[Environment] = field(default_factory=list)
     debs: list[DebPackage] = field(default_factory=list)
     incomplete: list[Incomplete] = field(default_factory=list)
+    native: list[NativeLibrary] = field(default_factory=list)
 
 
 class AnalyzerSession(abc.ABC):

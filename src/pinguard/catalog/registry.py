@@ -17,13 +17,16 @@ from dataclasses import dataclass
 
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
+from pinguard.catalog.native import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
 from pinguard.layers.cache import cache_key, source_digest
 from pinguard.layers.tar import SKIP, STREAM, MemberStream, Selector
 from pinguard.models import Snapshot
 
 #: Every analyzer pinguard runs, in the order their results appear.
-ANALYZERS: tuple[type[Analyzer], ...] = (PythonAnalyzer, DpkgAnalyzer)
+#: The native analyzer comes last: it joins its libraries to the distributions and packages
+#: the others contributed.
+ANALYZERS: tuple[type[Analyzer], ...] = (PythonAnalyzer, DpkgAnalyzer, NativeAnalyzer)
 
 
 class _FanOut:
@@ -109,4 +112,5 @@ class Catalog:
             environments=tuple(sorted(parts.environments, key=lambda e: e.path)),
             debs=tuple(parts.debs),
             incomplete=tuple(parts.incomplete),
+            native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
         )

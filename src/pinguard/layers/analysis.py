@@ -25,12 +25,15 @@ from pinguard.layers.blob import DECOMPRESS_ERRORS, VerifyingReader, inflated_ch
 from pinguard.layers.tar import (
     CAPTURE,
     HASH,
+    LINK,
+    LINK_TYPES,
     SKIP,
     STREAM,
     Chunks,
     Member,
     Selector,
     StreamOpener,
+    normalize,
     walk_members,
 )
 
@@ -54,6 +57,9 @@ class LayerAnalysis:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     # path -> what the member's stream consumer returned (JSON-compatible), for STREAM members
     streamed: dict[str, object] = field(default_factory=dict)
+    # path -> link target as stored (symlinks) or as an absolute path (hard links), for
+    # links the selector flagged LINK
+    links: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
@@ -72,6 +78,7 @@ class LayerAnalysis:
             "size": self.size,
             "unreadable": [list(u) for u in sorted(self.unreadable)],
             "streamed": dict(sorted(self.streamed.items())),
+            "links": dict(sorted(self.links.items())),
         }
 
     @classmethod
@@ -92,6 +99,7 @@ class LayerAnalysis:
             size=int(data["size"]),  # type: ignore[call-overload]
             unreadable=[(str(p), str(w)) for p, w in data.get("unreadable", [])],  # type: ignore[attr-defined]
             streamed=dict(data["streamed"]),  # type: ignore[call-overload]
+            links=dict(data.get("links", {})),  # type: ignore[call-overload]
         )
 
 
@@ -112,6 +120,10 @@ def _record(result: LayerAnalysis, member: Member) -> None:
             else:
                 result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
             return
+    if member.type in LINK_TYPES:
+        target = member.linkname
+        result.links[path] = normalize(target) if member.type == b"1" else target
+        return
     if member.data is not None:
         result.files[path] = member.data
     if member.digest is not None:
@@ -208,6 +220,11 @@ def analyze_directory(
         rel_dir = "/" + os.path.relpath(dirpath, root).replace(os.sep, "/")
         rel_dir = "/" if rel_dir == "/." else rel_dir
         dirnames[:] = sorted(d for d in dirnames if posixpath.join(rel_dir, d) not in skip)
+        for name in dirnames:  # a symlink to a directory is listed here, never entered
+            full = os.path.join(dirpath, name)
+            path = posixpath.join(rel_dir, name)
+            if os.path.islink(full) and select(path) & LINK:
+                result.links[path] = os.readlink(full)
         for name in sorted(filenames):
             path = posixpath.join(rel_dir, name)
             if path in skip:
@@ -218,6 +235,11 @@ def analyze_directory(
                 continue
             full = os.path.join(dirpath, name)
             if os.path.islink(full):
+                if want & LINK:
+                    result.links[path] = os.readlink(full)
+                continue
+            want &= ~LINK
+            if want == SKIP:
                 continue
             try:
                 _read_file(full, path, want, open_stream, result)

@@ -31,6 +31,7 @@ SKIP = 0
 CAPTURE = 1  # keep the bytes (small metadata files)
 HASH = 2  # keep only the sha256 of the content (RECORD verification)
 STREAM = 4  # hand the content, chunk by chunk, to a ``MemberStream`` (big files, never held)
+LINK = 8  # for a symlink or hard link at this path: keep where it points (``Member.linkname``)
 
 Selector = Callable[[str], int]
 
@@ -186,6 +187,7 @@ class Chunks:
 
 _ZERO_BLOCK = bytes(BLOCK)
 _REGULAR = (b"0", b"\0", b"7")
+LINK_TYPES = _LINKS = (b"1", b"2")  # hard link, symlink
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
 _META = (b"x", b"g", b"L", b"K")
 
@@ -299,6 +301,7 @@ def walk_members(
             if (
                 not everything
                 and not regular
+                and typeflag not in _LINKS
                 and long_name is None
                 and not pending
                 and b".wh." not in name_b
@@ -322,14 +325,19 @@ def walk_members(
                 pending = {}
             long_name = long_link = None
             path = _path(name)
-            want = select(path) if regular else SKIP
-            if want == SKIP:
+            if regular:
+                want = select(path) & ~LINK
+            elif typeflag in _LINKS and select(path) & LINK:
+                want = LINK
+            else:
+                want = SKIP
+            if want in (SKIP, LINK):
                 end = src.pos + padded
                 if end <= len(src.buf):
                     src.pos = end
                 elif not src.skip(padded):
                     raise LayerError("layer tar ends inside a member (truncated)")
-                if not everything and ".wh." not in path:
+                if not everything and want == SKIP and ".wh." not in path:
                     continue
                 data_out: bytes | None = None
                 digest: str | None = None

@@ -15,6 +15,7 @@ import datetime as _dt
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from pinguard.models import AuditResult, Finding, Severity
+from pinguard.policy import native_rules as n
 from pinguard.policy import rules as r
 from pinguard.policy.model import RULES, Policy, RuleConfig
 
@@ -30,6 +31,10 @@ _RUNNERS: tuple[tuple[str, _Runner], ...] = (
     ("file-collision", lambda f, p, c, d: r.file_collision(f)),
     ("record-mismatch", lambda f, p, c, d: r.record_mismatch(f, d) if d is not None else ()),
     ("duplicate-distribution", lambda f, p, c, d: r.duplicate_distribution(f)),
+    ("native-duplicate", lambda f, p, c, d: n.native_duplicate(f)),
+    ("native-mismatch", lambda f, p, c, d: n.native_mismatch(f)),
+    ("variant-change", lambda f, p, c, d: n.variant_change(f)),
+    ("native-pin", lambda f, p, c, d: n.native_pin(f, p.native_pins)),
 )
 
 

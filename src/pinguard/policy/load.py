@@ -7,10 +7,11 @@ file is collected as a ``PolicyProblem`` (file, line, message quoting the bad va
 ``!r``) and raised together as one ``PolicyError`` (a ``ConfigError``). ``extend`` names
 other files relative to the extending one; they are loaded first (depth first, each once)
 and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
-in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]``
-entries accumulate. ``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in
-``pyproject.toml`` from a directory upwards; ``load_run_policy`` is what every command loads
-(the given files, else the discovered one, else the built-in default).
+in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]``, ``[[native-pin]]``
+and ``[[waiver]]`` entries accumulate. ``discover`` finds ``pinguard.toml`` or a
+``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards; ``load_run_policy``
+is what every command loads (the given files, else the discovered one, else the built-in
+default).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pinguard.policy.model import (
     RULES,
     Coupling,
     Forbidden,
+    NativePin,
     Origin,
     Pin,
     Policy,
@@ -66,11 +68,13 @@ _TOP_KEYS = (
     "forbidden",
     "coupling",
     "waiver",
+    "native-pin",
 )
 _RULE_KEYS = ("severity", "enabled", *_SCOPE_KEYS)
 _RULE_EXTRA = {"downgrade": ("allow", "packages")}
 _PIN_KEYS = ("package", "version", "reason", "link", "severity", *_SCOPE_KEYS)
 _COUPLING_KEYS = ("package", "version", "requires", "reason", "link", "severity", *_SCOPE_KEYS)
+_NATIVE_PIN_KEYS = ("soname", "version", "consumer", "reason", "link", "severity", *_SCOPE_KEYS)
 _WAIVER_KEYS = ("package", "rule", "reason", "expires", "environments")
 _SEVERITIES = tuple(s.value for s in Severity)
 
@@ -124,6 +128,7 @@ class _Layer:
     forbidden: list[Forbidden] = field(default_factory=list)
     couplings: list[Coupling] = field(default_factory=list)
     waivers: list[Waiver] = field(default_factory=list)
+    native_pins: list[NativePin] = field(default_factory=list)
     require_guard: bool | None = None
 
 
@@ -445,6 +450,28 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
                 )
             )
 
+    for path, value in reader.entries(top, "native-pin"):
+        body = reader.table(value, path, _NATIVE_PIN_KEYS, ("soname", "version"))
+        if body is None:
+            continue
+        soname = reader.string(body, path, "soname")
+        if soname is not None and (not soname or "/" in soname or soname != soname.strip()):
+            reader.problem(
+                (*path, "soname"),
+                f"{reader.dotted((*path, 'soname'))}: expected a library file name such as "
+                f"'libnccl.so.2', got {soname!r}",
+            )
+            soname = None
+        spec = reader.specifier(body, path, "version")
+        consumer = reader.string(body, path, "consumer", "") or ""
+        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        reason = reader.string(body, path, "reason", "") or ""
+        link = reader.string(body, path, "link", "") or ""
+        if soname is not None and spec is not None:
+            layer.native_pins.append(
+                NativePin(soname, spec, consumer, reason, link, sev, scope, reader.origin(path))
+            )
+
     for path, value in reader.entries(top, "waiver"):
         body = reader.table(value, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires"))
         if body is None:
@@ -532,6 +559,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
     forbidden: list[Forbidden] = []
     couplings: list[Coupling] = []
     waivers: list[Waiver] = []
+    native_pins: list[NativePin] = []
     files: list[str] = []
     require_guard = False
     for layer in layers:
@@ -546,6 +574,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         forbidden.extend(layer.forbidden)
         couplings.extend(layer.couplings)
         waivers.extend(layer.waivers)
+        native_pins.extend(layer.native_pins)
     return Policy(
         rules=tuple(rules[r] for r in CONFIGURABLE_RULES),
         pins=tuple(pins),
@@ -554,6 +583,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         waivers=tuple(waivers),
         require_guard=require_guard,
         files=tuple(files),
+        native_pins=tuple(native_pins),
     )
 
 

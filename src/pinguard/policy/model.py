@@ -120,6 +120,34 @@ RULES: Mapping[str, RuleInfo] = {
             Severity.WARNING,
         ),
         RuleInfo(
+            "native-duplicate",
+            "One native library provided by two owners",
+            "One soname is provided by files of two owners (a wheel and a deb, two wheels, or "
+            "an unowned copy); which one a consumer loads depends on its search path.",
+            Severity.WARNING,
+        ),
+        RuleInfo(
+            "native-mismatch",
+            "Native library disagrees with its owner",
+            "A library's own version (its banner) differs from its owner's version, or its "
+            "content no longer matches the hash in its wheel's RECORD.",
+            Severity.ERROR,
+        ),
+        RuleInfo(
+            "variant-change",
+            "Build variant changed or mixed",
+            "A step changed a distribution's local label or CUDA variant (+cu130 -> +cpu), "
+            "or one environment mixes CUDA major versions (-cu12 and -cu13 wheels, +cu130).",
+            Severity.ERROR,
+        ),
+        RuleInfo(
+            "native-pin",
+            "Native library outside a known-good pin",
+            "The library a consumer loads for a soname (or, without a consumer, any provider "
+            "of it) states a version outside a [[native-pin]], or states none.",
+            Severity.ERROR,
+        ),
+        RuleInfo(
             "expired-waiver",
             "Expired waiver",
             "A waiver's expiry date has passed; it no longer waives anything.",
@@ -252,6 +280,24 @@ class Coupling:
 
 
 @dataclass(frozen=True, slots=True)
+class NativePin:
+    """The version a native library must state, by soname, optionally as one consumer loads it.
+
+    ``consumer`` is a glob over consumer paths (``*/torch/lib/libtorch_cuda.so``) or a
+    distribution name owning the consumer (``torch``); empty: every provider of the soname.
+    """
+
+    soname: str
+    specifier: SpecifierSet
+    consumer: str = ""
+    reason: str = ""
+    link: str = ""
+    severity: Severity | None = None
+    scope: Scope = Scope()
+    origin: Origin = field(default=BUILTIN, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Waiver:
     """Accept findings of one rule for one package until (and including) ``expires``."""
 
@@ -295,6 +341,7 @@ class Policy:
     # every pip/uv install step must be followed by `pinguard guard` (lint rule missing-guard)
     require_guard: bool = False
     files: tuple[str, ...] = field(default=(), compare=False)
+    native_pins: tuple[NativePin, ...] = ()
 
     def rule(self, rule_id: str) -> RuleConfig:
         for cfg in self.rules:

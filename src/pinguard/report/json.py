@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from pinguard.models import SCHEMA_ID, AuditResult, Finding
+from pinguard.models import SCHEMA_ID, AuditResult, Finding, NativeLibrary, Resolution, Snapshot
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
 # A JSON object as plain data.
@@ -33,6 +33,78 @@ def finding_dict(f: Finding) -> JsonObject:
 
 def finding_sort_key(f: Finding) -> tuple[int, str, str, str, str]:
     return (f.step or 0, f.environment or "", f.package or "", f.rule, f.message)
+
+
+def native_library_dict(lib: NativeLibrary) -> JsonObject:
+    owner = (
+        None
+        if lib.owner_kind is None
+        else {
+            "kind": lib.owner_kind,
+            "name": lib.owner,
+            "version": lib.owner_version,
+            "environment": lib.owner_environment,
+        }
+    )
+    return {
+        "path": lib.path,
+        "soname": lib.soname,
+        "needed": list(lib.needed),
+        "rpath": list(lib.rpath),
+        "runpath": list(lib.runpath),
+        "digest": lib.digest,
+        "size": lib.size,
+        "layer": lib.layer or None,
+        "library": lib.library,
+        "version": lib.version,
+        "owner": owner,
+        "problem": lib.problem,
+    }
+
+
+def resolution_dict(r: Resolution) -> JsonObject:
+    return {
+        "consumer": r.consumer,
+        "needed": r.needed,
+        "path": r.path,
+        "real": r.real,
+        "via": r.via or None,
+        "directory": r.directory or None,
+    }
+
+
+def _step_native(before: Snapshot, after: Snapshot) -> JsonObject | None:
+    """What one step did to the native libraries, and the resolutions when they changed."""
+    old = {lib.path: lib for lib in before.native}
+    new = {lib.path: lib for lib in after.native}
+    libs = []
+    for path in sorted(old.keys() | new.keys()):
+        a, b = old.get(path), new.get(path)
+        if a is not None and b is not None and a.digest == b.digest and a.owner == b.owner:
+            continue
+        kind = "added" if a is None else "removed" if b is None else "changed"
+        lib = b if b is not None else a
+        assert lib is not None
+        libs.append(
+            {
+                "path": path,
+                "change": kind,
+                "soname": lib.soname,
+                "version": lib.version,
+                "owner": lib.owner,
+                "owner_version": lib.owner_version,
+            }
+        )
+    if not libs and before.resolutions == after.resolutions:
+        return None
+    return {
+        "libraries": libs,
+        "resolutions": [resolution_dict(r) for r in after.resolutions],
+    }
+
+
+def _in_env(path: str, env_path: str) -> bool:
+    return path.startswith(env_path.rstrip("/") + "/")
 
 
 def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> JsonObject:
@@ -77,7 +149,14 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
                 ],
             }
         )
-    environments = [
+    previous = Snapshot()
+    for out, snap in zip(steps, result.snapshots, strict=False):
+        native = _step_native(previous, snap)
+        if native is not None:
+            out["native"] = native
+        previous = snap
+    envs_paths = [env.path for env in result.final.environments]
+    environments: list[JsonObject] = [
         {
             "path": env.path,
             "python": env.python,
@@ -97,6 +176,15 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         }
         for env in result.final.environments
     ]
+    for env_out, env in zip(environments, result.final.environments, strict=True):
+        libs = [native_library_dict(x) for x in result.final.native if _in_env(x.path, env.path)]
+        if libs:
+            env_out["native_libraries"] = libs
+    system = [
+        native_library_dict(lib)
+        for lib in result.final.native
+        if not any(_in_env(lib.path, e) for e in envs_paths)
+    ]
     return {
         "schema": SCHEMA_ID,
         "image": {
@@ -111,6 +199,12 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
             {"name": p.name, "version": p.version, "architecture": p.architecture}
             for p in result.final.debs
         ],
+        **({"native_libraries": system} if system else {}),
+        **(
+            {"resolutions": [resolution_dict(r) for r in result.final.resolutions]}
+            if result.final.resolutions
+            else {}
+        ),
         "findings": [finding_dict(f) for f in sorted(result.findings, key=finding_sort_key)],
         "incomplete": [{"what": i.what, "why": i.why} for i in result.incomplete],
         "notes": list(result.notes),

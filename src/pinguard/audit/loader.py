@@ -1,0 +1,222 @@
+"""Which file glibc's ld.so would load for each ``DT_NEEDED``, predicted from a state.
+
+This module owns the search order, as a pure function over one state's view of the image
+(regular files and symlinks, never the disk), the image config's ``Env`` and the
+``/etc/ld.so.conf`` directories. For an object with ``DT_NEEDED`` entries, each name with
+no ``/`` is searched in glibc's order:
+
+1. ``DT_RPATH`` of the object, only when it has no ``DT_RUNPATH``;
+2. ``LD_LIBRARY_PATH`` from the image's environment;
+3. ``DT_RUNPATH`` of the object;
+4. the directories ``/etc/ld.so.conf`` (and its ``include`` files) names, standing in for
+   ``/etc/ld.so.cache``, which ``ldconfig`` builds from them: a file named like the entry,
+   or a library whose ``DT_SONAME`` is the entry, as ``ldconfig`` would link it;
+5. the default directories (Debian's multiarch ones and ``/lib``, ``/usr/lib`` when the
+   image has a dpkg database; else ``/lib64``, ``/usr/lib64``, ``/lib``, ``/usr/lib``).
+
+``$ORIGIN`` (and ``${ORIGIN}``) expands to the directory of the object, ``$LIB`` to
+``lib64`` or the multiarch directory, ``$PLATFORM`` to the machine. Symlinks are followed,
+for directories and files, inside the image's own tree. Limits (docs/native.md): the RPATH
+of the objects that loaded this one (the executable's, say) is not searched, libraries
+already loaded under the same soname are not reused, ``glibc-hwcaps`` subdirectories are not
+searched, and an ``ld.so.cache`` that ``ldconfig`` was not re-run for is taken as fresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pinguard.catalog.native import FileView
+from pinguard.models import NativeLibrary, Resolution, Snapshot
+
+#: The multiarch triplet Debian uses per machine (``platform_machine``).
+TRIPLETS = {
+    "x86_64": "x86_64-linux-gnu",
+    "aarch64": "aarch64-linux-gnu",
+    "ppc64le": "powerpc64le-linux-gnu",
+    "s390x": "s390x-linux-gnu",
+    "i686": "i386-linux-gnu",
+    "armv7l": "arm-linux-gnueabihf",
+    "riscv64": "riscv64-linux-gnu",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderConfig:
+    """What the loader reads besides the objects: environment, ld.so.conf, defaults."""
+
+    ld_library_path: tuple[str, ...] = ()
+    conf_dirs: tuple[str, ...] = ()
+    default_dirs: tuple[str, ...] = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
+    machine: str = "x86_64"
+
+    @classmethod
+    def of(
+        cls,
+        env: Sequence[str],
+        conf_dirs: Sequence[str],
+        *,
+        machine: str = "x86_64",
+        debian: bool = False,
+    ) -> LoaderConfig:
+        """From the image config's ``Env`` (``KEY=value`` strings) and ld.so.conf dirs."""
+        llp = ""
+        for item in env:
+            key, sep, value = item.partition("=")
+            if sep and key == "LD_LIBRARY_PATH":
+                llp = value
+        # glibc: ':' and ';' separate; an empty element means the current directory,
+        # which is unknowable from the image, so it is left out (docs/native.md)
+        dirs = tuple(d for d in llp.replace(";", ":").split(":") if d)
+        if debian and machine in TRIPLETS:
+            t = TRIPLETS[machine]
+            defaults: tuple[str, ...] = (f"/lib/{t}", f"/usr/lib/{t}", "/lib", "/usr/lib")
+        else:
+            defaults = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
+        return cls(dirs, tuple(conf_dirs), defaults, machine)
+
+
+def expand(entry: str, origin: str, config: LoaderConfig) -> str:
+    """``$ORIGIN``, ``$LIB`` and ``$PLATFORM`` (braced or not) in one search path entry."""
+    lib = f"lib/{TRIPLETS[config.machine]}" if config.machine in TRIPLETS else "lib64"
+    out = entry
+    for name, value in (("ORIGIN", origin), ("LIB", lib), ("PLATFORM", config.machine)):
+        out = out.replace("${" + name + "}", value).replace("$" + name, value)
+    return posixpath.normpath(out) if out.startswith("/") else out
+
+
+def resolve_needed(
+    lib: NativeLibrary,
+    view: FileView,
+    config: LoaderConfig,
+    by_soname: Mapping[str, Sequence[str]],
+) -> tuple[Resolution, ...]:
+    """Where each ``DT_NEEDED`` of ``lib`` resolves, and through which search path.
+
+    ``by_soname`` maps a ``DT_SONAME`` to the real paths of the libraries declaring it (for
+    the ld.so.conf step, where ``ldconfig`` links sonames).
+    """
+    origin = posixpath.dirname(lib.path)
+    out: list[Resolution] = []
+    search: list[tuple[str, str]] = []
+    if not lib.runpath:
+        search += [("DT_RPATH", expand(d, origin, config)) for d in lib.rpath]
+    search += [("LD_LIBRARY_PATH", d) for d in config.ld_library_path]
+    search += [("DT_RUNPATH", expand(d, origin, config)) for d in lib.runpath]
+    for needed in lib.needed:
+        out.append(_one(lib.path, needed, search, view, config, by_soname))
+    return tuple(out)
+
+
+def _one(
+    consumer: str,
+    needed: str,
+    search: Iterable[tuple[str, str]],
+    view: FileView,
+    config: LoaderConfig,
+    by_soname: Mapping[str, Sequence[str]],
+) -> Resolution:
+    if "/" in needed:
+        path = needed if needed.startswith("/") else posixpath.join("/", needed)
+        real = view.real_file(path)
+        return Resolution(consumer, needed, path if real else None, real, "path" if real else "")
+    for via, directory in search:
+        if not directory.startswith("/"):
+            continue  # a relative entry depends on the working directory
+        candidate = posixpath.join(directory, needed)
+        real = view.real_file(candidate)
+        if real is not None:
+            return Resolution(consumer, needed, candidate, real, via, directory)
+    for directory in config.conf_dirs:
+        candidate = posixpath.join(directory, needed)
+        real = view.real_file(candidate)
+        if real is not None:
+            return Resolution(consumer, needed, candidate, real, "ld.so.conf", directory)
+        resolved_dir = view.resolve(directory)
+        for target in sorted(by_soname.get(needed, ())):
+            if resolved_dir is not None and posixpath.dirname(target) == resolved_dir:
+                return Resolution(
+                    consumer, needed, candidate, target, "ld.so.conf (soname)", directory
+                )
+    for directory in config.default_dirs:
+        candidate = posixpath.join(directory, needed)
+        real = view.real_file(candidate)
+        if real is not None:
+            return Resolution(consumer, needed, candidate, real, "default", directory)
+    return Resolution(consumer, needed, None, None, "")
+
+
+#: Sonames whose every consumer is resolved even when one file provides them: the libraries
+#: GPU serving depends on (a policy pin on another soname judges its providers instead).
+WATCHED = ("libnccl.so*", "libcudnn*.so*", "libcublas*.so*", "libcudart.so*")
+
+
+def resolve_state(
+    libs: Sequence[NativeLibrary],
+    view: FileView,
+    config: LoaderConfig,
+    watched: Sequence[str] = WATCHED,
+) -> tuple[Resolution, ...]:
+    """Resolutions for every library that needs a watched soname or one provided twice.
+
+    A soname is provided by a file named like it or declaring it as ``DT_SONAME``; provided
+    twice means by two different regular files. Sorted by consumer, then ``DT_NEEDED`` order.
+    """
+    providers: dict[str, set[str]] = {}
+    by_soname: dict[str, list[str]] = {}
+    for lib in libs:
+        name = posixpath.basename(lib.path)
+        providers.setdefault(name, set()).add(lib.path)
+        if lib.soname:
+            providers.setdefault(lib.soname, set()).add(lib.path)
+            by_soname.setdefault(lib.soname, []).append(lib.path)
+    # symlinked names (libnccl.so.2 -> libnccl.so.2.28.9) provide their target's soname
+    for link in view.links:
+        real = view.real_file(link)
+        if real is not None:
+            providers.setdefault(posixpath.basename(link), set()).add(real)
+
+    def interesting(soname: str) -> bool:
+        return len(providers.get(soname, ())) > 1 or any(
+            fnmatch.fnmatchcase(soname, w) for w in watched
+        )
+
+    out: list[Resolution] = []
+    for lib in sorted(libs, key=lambda x: x.path):
+        if any(interesting(n) for n in lib.needed):
+            out.extend(
+                r for r in resolve_needed(lib, view, config, by_soname) if interesting(r.needed)
+            )
+    return tuple(out)
+
+
+def image_env(config: Mapping[str, object]) -> tuple[str, ...]:
+    """The ``Env`` of an image config document (``{"config": {"Env": [...]}}``)."""
+    inner = config.get("config")
+    env = inner.get("Env") if isinstance(inner, dict) else None
+    return tuple(str(e) for e in env) if isinstance(env, list) else ()
+
+
+def attach_native(
+    snap: Snapshot,
+    previous: Snapshot,
+    layer_digest: str,
+    written: Iterable[str],
+    view: FileView,
+    config: LoaderConfig,
+) -> Snapshot:
+    """``snap`` with each library's layer (this one for what it wrote, else the one before)
+    and the loader's resolutions in this state."""
+    wrote = set(written)
+    before = {lib.path: lib.layer for lib in previous.native}
+    libs = tuple(
+        dataclasses.replace(
+            lib, layer=layer_digest if lib.path in wrote else before.get(lib.path, lib.layer)
+        )
+        for lib in snap.native
+    )
+    return dataclasses.replace(snap, native=libs, resolutions=resolve_state(libs, view, config))
