@@ -39,12 +39,14 @@ FIELDS = [
 ]
 
 
-@pytest.mark.parametrize("field", FIELDS, ids=[repr(f) for f in FIELDS])
+@pytest.mark.parametrize("field", FIELDS, ids=[f"field{i}" for i in range(len(FIELDS))])
 def test_number_matches_tarfile(field: bytes) -> None:
     assert _number(field) == NTI(field)
 
 
-@pytest.mark.parametrize("field", [b"12x45\x00\x00\x00", b"9\x00", b" 8 \x00"])
+@pytest.mark.parametrize(
+    "field", [b"12x45\x00\x00\x00", b"9\x00", b" 8 \x00"], ids=["letter", "nine", "eight"]
+)
 def test_bad_number_is_a_layer_error(field: bytes) -> None:
     with pytest.raises(tarfile.HeaderError):
         NTI(field)
