@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the pinguard tests need on a fresh Debian 12 machine, idempotently:
 # the container tools the tests start themselves (buildah, podman, skopeo, Debian's
-# docker-registry, debootstrap, htpasswd from apache2-utils, openssl), then a .venv at the
+# docker-registry, debootstrap, htpasswd from apache2-utils, openssl, and Debian's headless
+# chromium + chromium-driver for the HTML report's browser tests), then a .venv at the
 # repository root with pinguard installed editable plus its [test] extras. Packages already
 # present are not reinstalled; the venv is refreshed only when pyproject.toml changes.
 # Needs root (or sudo) for apt; the tests themselves run buildah/podman as root.
@@ -27,6 +28,8 @@ declare -A PACKAGE_FOR=(
   [openssl]=openssl
   [python3]=python3
   [tar]=tar
+  [chromium]=chromium
+  [chromedriver]=chromium-driver
 )
 missing=()
 for tool in "${!PACKAGE_FOR[@]}"; do

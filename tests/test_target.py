@@ -14,6 +14,7 @@ from pinguard.errors import InvalidPlatform, UsageError
 from pinguard.models import Distribution, Environment, Platform
 from pinguard.target import (
     host_platform,
+    major_minor,
     marker_environment,
     normalize_arch,
     parse_platform,
@@ -139,6 +140,14 @@ def test_python_version_is_major_minor() -> None:
     assert not Marker('python_version >= "3.12"').evaluate(env)
     assert Marker('python_full_version == "3.11.2"').evaluate(env)
     assert not Marker('python_full_version >= "3.11.3"').evaluate(env)
+
+
+@pytest.mark.parametrize(
+    ("version", "short"), [("3.11.2", "3.11"), ("3.12", "3.12"), ("3.13.0rc1", "3.13")]
+)
+def test_major_minor(version: str, short: str) -> None:
+    """python_version is the first two parts of the version."""
+    assert major_minor(version) == short
 
 
 def test_major_minor_only() -> None:

@@ -64,3 +64,18 @@ class ResolveError(PinguardError):
     """The resolver (uv, pip-tools) could not be run or failed unexpectedly."""
 
     exit_code = EXIT_USAGE
+
+
+class AttestError(PinguardError):
+    """An attestation could not be made or read: a key, a statement or an envelope."""
+
+    exit_code = EXIT_USAGE
+
+
+class KeyFileError(AttestError):
+    """A signing or verification key file is missing, malformed, encrypted without a
+    passphrase, or not an ECDSA P-256 key."""
+
+
+class EnvelopeError(AttestError):
+    """A DSSE envelope or the in-toto statement inside it is malformed or does not verify."""

@@ -178,6 +178,7 @@ class Step:
     changes: tuple[Change, ...] = ()
     unmet: tuple[Unmet, ...] = ()
     comment: str = ""
+    diff_id: str | None = None  # digest of the uncompressed layer, when the config gives it
 
 
 @dataclass(frozen=True, slots=True)

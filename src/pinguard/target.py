@@ -114,6 +114,11 @@ def platform_matches(wanted: Platform, have: Platform) -> bool:
 # --------------------------------------------------------------------------- markers
 
 
+def major_minor(python: str) -> str:
+    """``python_version`` for a Python version: ``3.11.2`` -> ``3.11``."""
+    return ".".join(python.split(".")[:2])
+
+
 def marker_environment(python: str | None, platform: Platform | None) -> dict[str, str]:
     """The PEP 508 marker values of an installed CPython ``python`` on ``platform``.
 
@@ -126,9 +131,8 @@ def marker_environment(python: str | None, platform: Platform | None) -> dict[st
     values: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     values.update(implementation_name="cpython", platform_python_implementation="CPython", extra="")
     if python:
-        parts = python.split(".")
-        short = ".".join(parts[:2])
-        full = python if len(parts) >= 3 else f"{short}.0"
+        short = major_minor(python)
+        full = python if python.count(".") >= 2 else f"{short}.0"
         values.update(python_version=short, python_full_version=full, implementation_version=full)
     if platform is not None:
         system = platform.os.lower()

@@ -316,6 +316,15 @@ def test_state_round_trip() -> None:
             "apt-get update;  pip   install x\n/opt/pg/bin/pinguard guard",
             "apt-get update && pip install x",
         ),
+        (
+            "pip install x 2>&1 | tee /log && python3 -m pinguard guard || true",
+            "pip install x 2>&1 | tee /log",
+        ),
+        ("echo 'a && b; c' && pinguard guard", "echo 'a && b; c'"),
+        (
+            "echo 'run pinguard guard' && pip install \\\n  x",
+            "echo 'run pinguard guard' && pip install x",
+        ),
     ],
 )
 def test_step_name_from_script(script: str, name: str) -> None:

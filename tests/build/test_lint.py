@@ -10,9 +10,10 @@ from typing import TypedDict
 import pytest
 
 from pinguard.build.dockerfile import parse
-from pinguard.build.lint import find_installs, lint, render
+from pinguard.build.lint import find_installs, lint
 from pinguard.cli import main
 from pinguard.models import Severity
+from pinguard.report.lint import render
 
 C = "-c /c.txt"
 

@@ -10,4 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "policies"
 DATA = REPO / "tests" / "data"
 AUDIT_SCHEMA = REPO / "src" / "pinguard" / "schemas" / "audit-v1.schema.json"
+COMPARE_SCHEMA = REPO / "src" / "pinguard" / "schemas" / "compare-v1.schema.json"
+ARTIFACTS = REPO / "build" / "test-artifacts"  # screenshots; $PINGUARD_TEST_ARTIFACTS wins
 SARIF_SCHEMA = DATA / "sarif-schema-2.1.0.json"

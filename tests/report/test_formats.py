@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
@@ -34,15 +35,19 @@ def verdict_of(fmt: str, text: str) -> str:
         return "fail" if text.startswith("### :x:") else "pass"
     if fmt == "table":
         return text.rstrip().splitlines()[-1].removeprefix("verdict: ")
+    if fmt == "html":
+        found = re.search(r'<span id="verdict" class="verdict verdict-(\w+)">', text)
+        assert found is not None
+        return found.group(1)
     raise AssertionError(fmt)
 
 
-VERDICT_FORMATS = ["json", "junit", "markdown", "table"]
+VERDICT_FORMATS = ["json", "junit", "markdown", "table", "html"]
 
 
 def test_the_registry_lists_the_formats_the_cli_offers() -> None:
     """`pinguard audit --format` offers exactly the registry's names, table first."""
-    assert list(FORMATS) == ["table", "json", "sarif", "junit", "markdown"]
+    assert list(FORMATS) == ["table", "json", "sarif", "junit", "markdown", "html"]
     parser = build_parser()
     audit = parser.parse_args(["audit", "x:1"])
     assert audit.format == "table"

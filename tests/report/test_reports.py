@@ -10,6 +10,7 @@ from dataclasses import replace
 import jsonschema
 import pytest
 
+from pinguard.build.history import dockerfile_step_lines
 from pinguard.models import AuditResult, ChangeKind, Incomplete, Severity
 from pinguard.policy import evaluate, parse_policy
 from pinguard.policy.model import RULES
@@ -88,7 +89,7 @@ def audited(incomplete: bool = False) -> AuditResult:
 
 def test_dockerfile_step_lines_align_history_with_the_last_stage() -> None:
     """RUN steps match their RUN lines, other steps their keyword; base steps stay unmapped."""
-    lines = sarif.dockerfile_step_lines(DOCKERFILE, audited().steps)
+    lines = dockerfile_step_lines(DOCKERFILE, audited().steps)
     assert lines == {2: 5, 3: 6, 4: 8, 5: 9}
 
 

@@ -34,30 +34,22 @@ from pinguard.sources import (
     LayerRef,
     ResolvedImage,
     SourceOptions,
+    UnpackedTree,
     open_source,
     split_transport,
 )
 from pinguard.sources import manifest as mf
 from pinguard.sources.daemon import DaemonSource, history_from_docker
 from pinguard.sources.rootfs import DirSource
+from pinguard.testing.images import ImageWriter, layer_tar
+from pinguard.testing.images import sha256_digest as sha256
 from tests.infra.tools import require_root, require_tool
 
 # --------------------------------------------------------------------------- helpers
 
 
-def sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
 def tar_bytes(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mtime = 0
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return layer_tar(files, mtime=0)
 
 
 def stream_all(source: ImageSource, resolved: ResolvedImage) -> dict[str, str]:
@@ -444,57 +436,32 @@ def test_daemon_unreachable_is_a_source_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- multi-platform OCI
 
 
-def write_blob(layout: Path, data: bytes, media_type: str, **extra: Any) -> dict[str, Any]:
-    digest = sha256(data)
-    path = layout / "blobs" / "sha256" / digest[7:]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return {"mediaType": media_type, "digest": digest, "size": len(data), **extra}
-
-
-def write_platform_image(layout: Path, arch: str, variant: str = "") -> dict[str, Any]:
-    layer_tar = tar_bytes({"etc/arch": arch.encode()})
-    layer = write_blob(layout, gzip.compress(layer_tar, mtime=0), mf.OCI_LAYER + "+gzip")
-    config = {
-        "architecture": arch,
-        "os": "linux",
-        **({"variant": variant} if variant else {}),
-        "rootfs": {"type": "layers", "diff_ids": [sha256(layer_tar)]},
-        "history": [
-            {"created_by": f"COPY arch-{arch} /etc/arch"},
-            {"created_by": "ENV X=1", "empty_layer": True},
-        ],
-    }
-    cdesc = write_blob(layout, json.dumps(config).encode(), mf.OCI_CONFIG)
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": mf.OCI_MANIFEST,
-        "config": cdesc,
-        "layers": [layer],
-    }
-    platform = {"os": "linux", "architecture": arch, **({"variant": variant} if variant else {})}
-    return write_blob(layout, json.dumps(manifest).encode(), mf.OCI_MANIFEST, platform=platform)
-
-
 def make_multiplatform_layout(layout: Path, nested: bool) -> Path:
     """amd64 and arm64/v8 images plus an attestation-like unknown/unknown entry; either an
-    index tagged ``multi`` inside index.json, or the platform manifests listed directly."""
-    layout.mkdir(parents=True)
-    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    entries = [write_platform_image(layout, "amd64"), write_platform_image(layout, "arm64", "v8")]
+    index tagged ``multi`` inside index.json (itself without a mediaType), or the platform
+    manifests listed directly."""
+    writer = ImageWriter(layout)
+    images = []
+    for plat in ("linux/amd64", "linux/arm64/v8"):
+        arch = plat.split("/", 2)[1]
+        layer = writer.layer(layer_tar({"etc/arch": arch.encode()}, mtime=0))
+        history: list[dict[str, object]] = [
+            {"created_by": f"COPY arch-{arch} /etc/arch"},
+            {"created_by": "ENV X=1", "empty_layer": True},
+        ]
+        images.append(writer.image([layer], history, platform=plat, env=()))
+    entries = [img.manifest.to_json(platform=img.platform) for img in images]
     entries.append(dict(entries[0], platform={"os": "unknown", "architecture": "unknown"}))
     if nested:
         index = {"schemaVersion": 2, "mediaType": mf.OCI_INDEX, "manifests": entries}
-        desc = write_blob(
-            layout,
-            json.dumps(index).encode(),
-            mf.OCI_INDEX,
-            annotations={mf.REF_NAME_ANNOTATION: "multi"},
-        )
-        top = {"schemaVersion": 2, "manifests": [desc]}
+        desc = writer.blob(json.dumps(index).encode(), mf.OCI_INDEX)
+        top = {
+            "schemaVersion": 2,
+            "manifests": [desc.to_json(annotations={mf.REF_NAME_ANNOTATION: "multi"})],
+        }
     else:
         top = {"schemaVersion": 2, "mediaType": mf.OCI_INDEX, "manifests": entries[:2]}
-    (layout / "index.json").write_text(json.dumps(top))
+    writer.write_layout(top)
     return layout
 
 
@@ -631,11 +598,19 @@ def test_not_a_layout_or_archive(tmp_path: Path) -> None:
 
 
 def test_dir_source(tmp_path: Path) -> None:
-    """dir:PATH resolves to no layers and exposes the root for the engine to walk."""
+    """dir:PATH resolves to one layer: the directory tree, read in place (no blob)."""
     source = open_source(f"dir:{tmp_path}")
     assert isinstance(source, DirSource)
     resolved = source.resolve()
-    assert (resolved.transport, resolved.layers, resolved.manifest_digest) == ("dir", (), None)
+    tree_layer = LayerRef(digest="dir", size=None, tree=UnpackedTree(root=str(tmp_path)))
+    assert (resolved.transport, resolved.layers, resolved.manifest_digest) == (
+        "dir",
+        (tree_layer,),
+        None,
+    )
+    assert len(resolved.config["history"]) == 1
+    with pytest.raises(ImageNotFound, match="no layer blobs"):
+        source.open_blob(tree_layer)
     assert source.root == tmp_path
     assert os.path.isdir(source.root)
 

@@ -15,13 +15,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.state import State
-from pinguard.catalog import analyzer_key, selector
+from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.errors import SourceError
 from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.layers.cache import LayerCache
@@ -55,17 +55,74 @@ class AuditOptions:
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
 
+    def analyzers(self) -> Analyzers:
+        """The analyzers these options configure."""
+        return Analyzers.for_options(AnalyzerOptions(verify_records=self.verify_records))
+
+
+def _analyze_blob(
+    stream: BinaryIO,
+    layer: LayerRef,
+    analyzers: Analyzers,
+    progress: Callable[[int], None] | None = None,
+) -> LayerAnalysis:
+    return analyze_stream(
+        stream,
+        digest=layer.digest,
+        size=layer.size,
+        select=analyzers.selector(),
+        open_stream=analyzers.open_stream,
+        progress=progress,
+    )
+
+
+def _analyze_tree(layer: LayerRef, analyzers: Analyzers) -> LayerAnalysis:
+    assert layer.tree is not None
+    analysis = analyze_directory(
+        layer.tree.root,
+        select=analyzers.selector(),
+        open_stream=analyzers.open_stream,
+        exclude=layer.tree.exclude,
+    )
+    analysis.digest = layer.digest
+    return analysis
+
+
+# In a worker process: where byte counts go while a blob streams (set by the pool's
+# initializer, so the queue is inherited rather than pickled).
+_BYTES: Any = None
+_REPORT_EVERY = 1 << 20  # send a count once a MiB has gone by, not per read
+
+
+def _set_byte_queue(queue: Any) -> None:
+    global _BYTES  # noqa: PLW0603 - per-process state of a pool worker
+    _BYTES = queue
+
+
+def _byte_reporter(digest: str) -> Callable[[int], None] | None:
+    queue = _BYTES
+    if queue is None:
+        return None
+    pending = [0]
+
+    def tick(n: int) -> None:
+        pending[0] += n
+        if pending[0] >= _REPORT_EVERY:
+            queue.put((digest, pending[0]))
+            pending[0] = 0
+
+    return tick
+
 
 def _analyze_one(
-    source: ImageSource, layer: LayerRef, verify: bool, cache: LayerCache | None
+    source: ImageSource, layer: LayerRef, analyzers: Analyzers, cache: LayerCache | None
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
-    serialisation runs on both cores instead of after the pool."""
+    serialisation runs on both cores instead of after the pool. Bytes read are reported
+    through the pool's queue as they flow, when the parent asked for progress."""
     stream = source.open_blob(layer)
     try:
-        analysis = analyze_stream(
-            stream, digest=layer.digest, size=layer.size, select=selector(verify)
-        )
+        analysis = _analyze_blob(stream, layer, analyzers, _byte_reporter(layer.digest))
     finally:
         stream.close()
     if cache is not None:
@@ -101,27 +158,38 @@ def _history_steps(
 def _parallel(
     source: ImageSource,
     todo: Sequence[LayerRef],
-    verify: bool,
+    analyzers: Analyzers,
     jobs: int,
     progress: Progress | None,
     cache: LayerCache | None,
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    queue = ctx.SimpleQueue() if progress is not None else None
+    by_digest = {layer.digest: layer for layer in todo}
+
+    def drain() -> None:
+        while queue is not None and progress is not None and not queue.empty():
+            digest, nbytes = queue.get()
+            progress.advance(by_digest[digest], nbytes)
+
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_set_byte_queue, initargs=(queue,)
+    ) as pool:
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, verify, cache): layer for layer in ordered
+            pool.submit(_analyze_one, source, layer, analyzers, cache): layer for layer in ordered
         }
         try:
             while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                timeout = 0.1 if progress is not None else None
+                finished, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+                drain()
                 for fut in finished:
                     layer = pending.pop(fut)
                     out[layer.digest] = fut.result()
                     if progress is not None:
-                        progress.advance(layer, layer.size or 0)
                         progress.done(layer)
         except BaseException:
             for fut in pending:
@@ -131,7 +199,10 @@ def _parallel(
 
 
 def _sequential(
-    source: ImageSource, todo: Sequence[LayerRef], verify: bool, progress: Progress | None
+    source: ImageSource,
+    todo: Sequence[LayerRef],
+    analyzers: Analyzers,
+    progress: Progress | None,
 ) -> dict[str, LayerAnalysis]:
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
@@ -139,9 +210,7 @@ def _sequential(
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        out[layer.digest] = analyze_stream(
-            stream, digest=layer.digest, size=layer.size, select=selector(verify), progress=tick
-        )
+        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick)
         if progress is not None:
             progress.done(layer)
     missing = wanted - set(out)
@@ -158,16 +227,22 @@ def load_layers(
     options: AuditOptions,
     progress: Progress | None = None,
 ) -> dict[str, LayerAnalysis]:
-    """Analyses for every layer: from the cache where present, else streamed (and cached)."""
+    """Analyses for every layer: from the cache where present, else streamed (and cached).
+
+    A layer that is a directory on disk (``LayerRef.tree``) is walked in place and never
+    cached: its digest names it but does not address its content."""
+    analyzers = options.analyzers()
     cache = (
-        LayerCache(options.cache_dir, analyzer_key(options.verify_records))
-        if options.cache_dir is not None
-        else None
+        LayerCache(options.cache_dir, analyzers.key()) if options.cache_dir is not None else None
     )
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
+    trees: list[LayerRef] = []
     for layer in layers:
-        if layer.digest in found or any(t.digest == layer.digest for t in todo):
+        if layer.digest in found or any(t.digest == layer.digest for t in (*todo, *trees)):
+            continue
+        if layer.tree is not None:
+            trees.append(layer)
             continue
         hit = cache.get(layer.digest) if cache else None
         if hit is not None:
@@ -175,14 +250,18 @@ def load_layers(
         else:
             todo.append(layer)
     if progress is not None:
-        progress.layers(todo, len(found))
+        progress.layers([*trees, *todo], len(found))
+    for layer in trees:
+        found[layer.digest] = _analyze_tree(layer, analyzers)
+        if progress is not None:
+            progress.done(layer)
     jobs = options.jobs or (os.cpu_count() or 1)
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
-            found.update(_parallel(source, todo, options.verify_records, jobs, progress, cache))
+            found.update(_parallel(source, todo, analyzers, jobs, progress, cache))
         else:
-            fresh = _sequential(source, todo, options.verify_records, progress)
+            fresh = _sequential(source, todo, analyzers, progress)
             for analysis in fresh.values():
                 if cache is not None:
                     cache.put(analysis)
@@ -208,10 +287,11 @@ def _diff_snapshots(
 def build_result(
     resolved: ResolvedImage,
     analyses: dict[str, LayerAnalysis],
+    analyzers: Analyzers | None = None,
 ) -> AuditResult:
     """Replay the analyses through the image history into steps, snapshots and diffs."""
     entries, notes = _history_steps(resolved)
-    state = State()
+    state = State(analyzers)
     previous = Snapshot()
     steps: list[Step] = []
     snapshots: list[Snapshot] = []
@@ -228,7 +308,7 @@ def build_result(
         for item in snap.incomplete:
             incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
-        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment))
+        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
         snapshots.append(snap)
         previous = snap
     image = ImageInfo(
@@ -256,22 +336,28 @@ def audit_directory(
     exclude: tuple[str, ...] = (),
     platform: Platform | None = None,
 ) -> AuditResult:
-    """Audit a root filesystem or virtual environment on disk as one state."""
-    if not Path(root).is_dir():
-        from pinguard.errors import ImageNotFound
+    """Audit a root filesystem or virtual environment on disk as one state (``dir:``)."""
+    from pinguard.sources.rootfs import DirSource
 
-        raise ImageNotFound(f"directory not found: {root!r}")
-    analysis = analyze_directory(root, select=selector(verify_records), exclude=exclude)
-    analysis.digest = "dir"
-    resolved = ResolvedImage(
-        reference=reference or f"dir:{root}",
-        transport="dir",
-        manifest_digest=None,
-        platform=platform,
-        config={"history": [{"created_by": f"(directory {root})"}]},
-        layers=(LayerRef(digest="dir", size=None),),
-    )
-    return build_result(resolved, {"dir": analysis})
+    source = DirSource(root, SourceOptions(platform=platform), exclude=exclude)
+    options = AuditOptions(source=source.options, verify_records=verify_records)
+    return audit_source(source, options, reference=reference)
+
+
+def audit_source(
+    source: ImageSource,
+    options: AuditOptions,
+    progress: Progress | None = None,
+    *,
+    reference: str | None = None,
+) -> AuditResult:
+    """Audit the image an opened source resolves to (the source is closed afterwards)."""
+    with source:
+        resolved = source.resolve()
+        if reference is not None:
+            resolved = replace(resolved, reference=reference)
+        analyses = load_layers(source, resolved.layers, options, progress)
+    return build_result(resolved, analyses, options.analyzers())
 
 
 def audit_image(
@@ -283,16 +369,4 @@ def audit_image(
     """Audit the image ``reference`` names (any transport pinguard knows)."""
     from pinguard.sources import open_source
 
-    source = open_source(reference, options.source)
-    with source:
-        resolved = source.resolve()
-        if resolved.transport == "dir":
-            root = str(getattr(source, "root", reference.partition(":")[2]))
-            return audit_directory(
-                root,
-                reference=reference,
-                verify_records=options.verify_records,
-                platform=resolved.platform,
-            )
-        analyses = load_layers(source, resolved.layers, options, progress)
-    return build_result(resolved, analyses)
+    return audit_source(open_source(reference, options.source), options, progress)

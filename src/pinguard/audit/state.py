@@ -2,18 +2,19 @@
 
 Owns the OCI layer-application rules for the files pinguard keeps: an opaque whiteout
 hides everything the lower layers had below its directory, a whiteout removes a path and
-everything below it, and then the layer's own files are added. ``State`` keeps the merged
-files (and, when RECORDs are verified, file digests) and hands the paths each layer touched
-to the catalog, so only changed metadata is parsed again.
+everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), and then the
+layer's own files are added. ``State`` keeps the merged files, file digests (when RECORDs are
+verified) and analyzers' streamed results, and hands the paths each layer touched to the
+catalog, so only changed metadata is parsed again.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
 
-from pinguard.catalog import Catalog
+from pinguard.catalog import AnalyzerOptions, Analyzers, StateView
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.models import Snapshot
 
@@ -64,13 +65,14 @@ class _Tree(Generic[V]):
         return gone
 
 
-class State:
+class State(StateView):
     """The merged view of the layers applied so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, analyzers: Analyzers | None = None) -> None:
         self._files: _Tree[bytes] = _Tree()
         self._hashes: _Tree[str] = _Tree()
-        self.catalog = Catalog()
+        self._streamed: _Tree[Mapping[str, object]] = _Tree()
+        self.catalog = (analyzers or Analyzers.for_options(AnalyzerOptions())).catalog()
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -80,9 +82,14 @@ class State:
     def hashes(self) -> dict[str, str]:
         return self._hashes.items
 
+    @property
+    def streamed(self) -> dict[str, Mapping[str, object]]:
+        return self._streamed.items
+
     def _remove_tree(self, path: str, keep_root: bool) -> list[str]:
         self._hashes.remove_tree(path, keep_root)
-        return self._files.remove_tree(path, keep_root)
+        gone = self._streamed.remove_tree(path, keep_root)
+        return self._files.remove_tree(path, keep_root) + gone
 
     def apply(self, layer: LayerAnalysis) -> Snapshot:
         """Apply one layer and return the snapshot after it."""
@@ -97,5 +104,10 @@ class State:
             touched.append(path)
         for path, digest in layer.hashes.items():
             self._hashes.add(path, digest)
-        self.catalog.update(self.files, touched)
-        return self.catalog.snapshot(self.files)
+        for path, results in layer.streamed.items():
+            if not isinstance(results, Mapping):
+                raise TypeError(f"streamed result for {path!r} is not keyed by analyzer")
+            self._streamed.add(path, results)
+            touched.append(path)
+        self.catalog.update(self, touched)
+        return self.catalog.snapshot(self)

@@ -21,7 +21,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,14 @@ from typing import Any
 
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.pipeline import audit_directory
+from pinguard.build.pipcli import is_guard_call
+from pinguard.build.shell import (
+    LIST_SEPARATORS,
+    SHELLS,
+    SimpleCommand,
+    simple_commands,
+    tokenize,
+)
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (
@@ -45,7 +52,7 @@ from pinguard.models import (
     Unmet,
 )
 from pinguard.policy.model import Policy
-from pinguard.target import host_platform
+from pinguard.target import host_platform, parse_requirement
 
 STATE_SCHEMA = "pinguard/guard-state/v1"
 DEFAULT_STATE = "/var/lib/pinguard/state.json"
@@ -118,7 +125,6 @@ def _closure(site: Path, start: str) -> tuple[set[str], set[str]]:
     """(names reachable from ``start`` through Requires-Dist, every name) in the site dir."""
     from importlib.metadata import distributions
 
-    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
     requires: dict[str, list[str]] = {}
@@ -128,9 +134,8 @@ def _closure(site: Path, start: str) -> tuple[set[str], set[str]]:
             continue
         deps: list[str] = []
         for text in dist.requires or ():
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
+            req = parse_requirement(text)
+            if req is None:
                 continue
             if req.marker is not None and "extra" in str(req.marker):
                 continue  # an optional extra: not needed to run pinguard
@@ -299,20 +304,36 @@ def parent_command(pid: int | None = None) -> str | None:
         return None
     argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     for i, arg in enumerate(argv[:-1]):
-        if arg == "-c" and os.path.basename(argv[0]) in {"sh", "bash", "dash", "ash"}:
+        if arg == "-c" and os.path.basename(argv[0]) in SHELLS:
             return argv[i + 1]
     return None
 
 
-_GUARD_CALL = re.compile(r"\bguard\b")
+def _calls_guard(command: SimpleCommand) -> bool:
+    try:
+        return is_guard_call(command.argv())
+    except ValueError:  # an unterminated quote: judge the words as written
+        return is_guard_call([t.text for t in command.words])
 
 
 def step_name_from_script(script: str) -> str:
-    """A build-log friendly name for a RUN script: the commands other than the guard call."""
-    parts = [p.strip() for p in re.split(r"&&|;|\n", script)]
-    kept = [p for p in parts if p and not (_GUARD_CALL.search(p) and "pinguard" in p)]
-    text = " && ".join(kept) if kept else " ".join(script.split())
-    text = " ".join(text.split())
+    """A build-log friendly name for a RUN script: the commands other than the guard call.
+
+    The script's list items (what ``&&``, ``;`` and newlines separate) are kept as written,
+    joined with `` && ``, except those that call ``pinguard guard``.
+    """
+    kept: list[str] = []
+    item: list[SimpleCommand] = []
+    for command in simple_commands(tokenize(script)):
+        item.append(command)
+        if command.separator in LIST_SEPARATORS or not command.separator:
+            if not any(_calls_guard(c) for c in item):
+                kept.append(script[item[0].start : item[-1].end])
+            item = []
+    if item and not any(_calls_guard(c) for c in item):
+        kept.append(script[item[0].start : item[-1].end])
+    text = " && ".join(kept) if kept else script
+    text = " ".join(text.replace("\\\n", " ").split())
     return text if len(text) <= _MAX_NAME else text[: _MAX_NAME - 3] + "..."
 
 

@@ -1,27 +1,26 @@
 """Lint a parsed Dockerfile for pip and uv install steps that let dependencies drift.
 
 `find_installs` walks every RUN instruction of a `Dockerfile` (shell form, exec form with
-``sh -c``, and heredoc scripts run by the shell), splits the shell text into simple commands on
-``&&``, ``||``, ``;``, pipes, ``&``, newlines and subshell parentheses, expands ``$VAR`` with the
-ARG/ENV values in effect plus inline assignments, ``env NAME=...`` and ``export``, and recognises
-``pip install``, ``pip3 install``, ``python -m pip install``, ``python3 -m pip install`` and ``uv
-pip install``. `lint` applies the rules in `RULES` to those commands and returns `LintFinding`
-values (a policy `Finding` plus the Dockerfile location: the physical line of the command and
-the first and last line of its instruction), sorted so two runs give identical output. Policy
-facts come in as plain parameters (the exactly pinned requirements, whether the guard is
-required) so this module does not depend on the policy engine. `render` produces the table,
-json and minimal SARIF 2.1.0 outputs.
+``sh -c``, and heredoc scripts run by the shell), splits the shell text into simple commands
+(`pinguard.build.shell`), expands ``$VAR`` with the ARG/ENV values in effect plus inline
+assignments, ``env NAME=...`` and ``export``, and reads each ``pip install``, ``python -m pip
+install`` or ``uv pip install`` as a `pinguard.build.pipcli.InstallCommand`. `lint` applies the
+rules in `RULES` to those commands and returns `LintFinding` values (a policy `Finding` plus
+the Dockerfile location: the physical line of the command and the first and last line of its
+instruction), sorted so two runs give identical output. Policy facts come in as plain
+parameters (the exactly pinned requirements, whether the guard is required) so this module
+does not depend on the policy engine. The reports (table, json, SARIF) are rendered by
+`pinguard.report.lint`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (
     InvalidSdistFilename,
@@ -32,28 +31,27 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from pinguard import __version__
 from pinguard.build.dockerfile import Dockerfile, Instruction, expand_word
 from pinguard.build.pipcli import (
     ASSIGNMENT,
+    InstallCommand,
     basename,
-    parse_install,
+    is_guard_call,
     pip_invocation,
+    read_install,
     strip_wrappers,
 )
+from pinguard.build.shell import SHELLS, simple_commands, tokenize
 from pinguard.models import Finding, Severity
+from pinguard.target import parse_requirement
 
 __all__ = [
     "DEFAULT_NIGHTLY_PATTERNS",
     "RULES",
-    "InstallCommand",
     "LintFinding",
     "find_installs",
     "lint",
-    "render",
 ]
-
-LINT_SCHEMA_ID = "pinguard/lint/v1"
 
 RULES: Mapping[str, tuple[Severity, str]] = {
     "unconstrained-install": (
@@ -94,61 +92,6 @@ DEFAULT_NIGHTLY_PATTERNS: tuple[str, ...] = (
 # Installing only these needs no constraints: they have no dependencies of their own.
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "uv"})
 
-SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
-_OPERATORS = (
-    "&&",
-    "||",
-    ";;",
-    "|&",
-    "<<-",
-    "<<<",
-    "<<",
-    ">>",
-    ">&",
-    "<&",
-    ">|",
-    "&>",
-    "<>",
-    "&",
-    "|",
-    ";",
-    "(",
-    ")",
-    "<",
-    ">",
-    "\n",
-)
-_SEPARATORS = frozenset({"&&", "||", ";;", "|&", "&", "|", ";", "(", ")", "\n"})
-
-
-@dataclass(frozen=True, slots=True)
-class InstallCommand:
-    """One ``pip install`` or ``uv pip install`` as it runs, with its Dockerfile location.
-
-    Values set through the environment (``PIP_CONSTRAINT``, ``UV_INDEX_STRATEGY``, ...) are
-    folded into the fields, so a rule need not know where a setting came from.
-    """
-
-    tool: str  # "pip" or "uv"
-    argv: tuple[str, ...]  # the whole command after expansion
-    text: str  # the command as written (continuations joined)
-    line: int  # physical line where the command starts
-    end_line: int
-    instruction_index: int  # index into Dockerfile.instructions
-    position: int  # order of the command among the commands of its RUN
-    requirements: tuple[str, ...] = ()  # positional requirements and -e targets
-    requirement_files: tuple[str, ...] = ()
-    constraints: tuple[str, ...] = ()
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    pre: bool = False
-    upgrade: bool = False
-    upgrade_packages: tuple[str, ...] = ()
-    no_deps: bool = False
-    require_hashes: bool = False
-    index_strategy: str | None = None
-
 
 @dataclass(frozen=True, slots=True)
 class LintFinding:
@@ -178,100 +121,6 @@ class LintFinding:
 # --- shell text -> simple commands ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
-    op: bool
-    text: str
-    start: int
-    end: int
-
-
-def _read_word(s: str, i: int) -> int:
-    """Return the end of the shell word starting at ``i``."""
-    n = len(s)
-    while i < n:
-        ch = s[i]
-        if ch in " \t\n;&|()<>":
-            return i
-        if ch == "\\":
-            i += 2
-        elif ch == "'":
-            end = s.find("'", i + 1)
-            i = n if end < 0 else end + 1
-        elif ch == '"':
-            i += 1
-            while i < n and s[i] != '"':
-                i += 2 if s[i] == "\\" else 1
-            i += 1
-        elif ch == "`":
-            end = s.find("`", i + 1)
-            i = n if end < 0 else end + 1
-        elif ch == "$" and i + 1 < n and s[i + 1] in "({":
-            close = ")" if s[i + 1] == "(" else "}"
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if s[i] == close:
-                    depth -= 1
-                elif s[i] == ("(" if close == ")" else "{"):
-                    depth += 1
-                i += 1
-        else:
-            i += 1
-    return min(i, n)
-
-
-def _tokenize(script: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    i, n = 0, len(script)
-    while i < n:
-        ch = script[i]
-        if ch in " \t\r":
-            i += 1
-            continue
-        if script.startswith("\\\n", i):
-            i += 2
-            continue
-        if ch == "#" and (i == 0 or script[i - 1] in " \t\n;&|()"):
-            while i < n and script[i] != "\n":
-                i += 1
-            continue
-        op = next((o for o in _OPERATORS if script.startswith(o, i)), None)
-        if op is not None:
-            tokens.append(_Token(True, op, i, i + len(op)))
-            i += len(op)
-            continue
-        end = _read_word(script, i)
-        tokens.append(_Token(False, script[i:end], i, end))
-        i = end
-    return tokens
-
-
-def _commands(tokens: list[_Token]) -> Iterator[tuple[list[_Token], list[tuple[str, str]]]]:
-    """Yield (words, [(redirect op, target)]) for each simple command."""
-    words: list[_Token] = []
-    redirects: list[tuple[str, str]] = []
-    k = 0
-    while k < len(tokens):
-        tok = tokens[k]
-        if tok.op and tok.text in _SEPARATORS:
-            if words or redirects:
-                yield words, redirects
-            words, redirects = [], []
-        elif tok.op:
-            if words and words[-1].text.isdigit() and words[-1].end == tok.start:
-                words.pop()  # the fd of "2>&1"
-            target = ""
-            if k + 1 < len(tokens) and not tokens[k + 1].op:
-                target = tokens[k + 1].text
-                k += 1
-            redirects.append((tok.text, target))
-        else:
-            words.append(tok)
-        k += 1
-    if words or redirects:
-        yield words, redirects
-
-
 def _expand(raw: str, env: Mapping[str, str]) -> list[str]:
     raw = raw.replace("\\\n", "")
     try:
@@ -281,15 +130,6 @@ def _expand(raw: str, env: Mapping[str, str]) -> list[str]:
     if "$" in raw and not any(q in raw for q in "'\""):
         return value.split()  # an unquoted expansion is split into fields, or vanishes
     return [value]
-
-
-def _is_guard(argv: list[str]) -> bool:
-    for k, word in enumerate(argv):
-        head = basename(word)
-        module = k > 0 and argv[k - 1] == "-m" and word == "pinguard"
-        if module or re.fullmatch(r"pinguard([-.\w]*\.pyz)?", head):
-            return k + 1 < len(argv) and argv[k + 1] == "guard"
-    return False
 
 
 @dataclass(slots=True)
@@ -313,8 +153,8 @@ def _script_commands(
     heredoc_scripts: Mapping[str, _Script] | None = None,
 ) -> Iterator[_Command]:
     """The simple commands of a shell script, in order, expanding with ``env`` (updated)."""
-    tokens = _tokenize(script.text)
-    for words, redirects in _commands(tokens):
+    for simple in simple_commands(tokenize(script.text)):
+        words, redirects = simple.words, simple.redirects
         inline: dict[str, str] = {}
         argv: list[str] = []
         assigning = True
@@ -385,9 +225,9 @@ def _run_commands(instruction: Instruction) -> Iterator[_Command]:
         or basename(h.body.split("\n", 1)[0].split()[-1]) in SHELLS
     }
     line_script = _Script(instruction.args, instruction.line_at)
-    tokens = _tokenize(instruction.args)
+    tokens = tokenize(instruction.args)
     only_heredocs = all((t.op and t.text in ("<<", "<<-")) or not t.op for t in tokens) and all(
-        not w for w, _ in _commands(tokens)
+        not c.words for c in simple_commands(tokens)
     )
     if instruction.heredocs and only_heredocs:
         for h in instruction.heredocs:  # RUN <<EOF: each heredoc is a script for the shell
@@ -399,45 +239,16 @@ def _run_commands(instruction: Instruction) -> Iterator[_Command]:
 
 def find_installs(dockerfile: Dockerfile) -> tuple[InstallCommand, ...]:
     """Every pip / uv pip install command in the RUN instructions, in file order."""
-    return tuple(c for c, _ in _walk(dockerfile) if isinstance(c, InstallCommand))
+    return tuple(install for _, install, _ in _walk(dockerfile) if install is not None)
 
 
-def _walk(dockerfile: Dockerfile) -> Iterator[tuple[InstallCommand | _Command, int]]:
-    """(install command or other command, instruction index) for every RUN command."""
+def _walk(dockerfile: Dockerfile) -> Iterator[tuple[_Command, InstallCommand | None, int]]:
+    """(command, its install reading or None, instruction index) for every RUN command."""
     for index, instruction in enumerate(dockerfile.instructions):
         if instruction.keyword != "RUN":
             continue
-        for position, command in enumerate(_run_commands(instruction)):
-            parsed = pip_invocation(list(command.argv))
-            if parsed is None or parsed[1] != "install":
-                yield command, index
-                continue
-            tool, _, args = parsed
-            opts = parse_install(tool, args, dict(command.environ))
-            yield (
-                InstallCommand(
-                    tool=tool,
-                    argv=command.argv,
-                    text=command.text,
-                    line=command.line,
-                    end_line=command.end_line,
-                    instruction_index=index,
-                    position=position,
-                    requirements=opts.positional + opts.editables,
-                    requirement_files=opts.requirement_files,
-                    constraints=opts.constraints,
-                    index_url=opts.index_url,
-                    extra_index_urls=opts.extra_index_urls,
-                    find_links=opts.find_links,
-                    pre=opts.pre,
-                    upgrade=opts.upgrade,
-                    upgrade_packages=opts.upgrade_packages,
-                    no_deps=opts.no_deps,
-                    require_hashes=opts.require_hashes,
-                    index_strategy=opts.index_strategy,
-                ),
-                index,
-            )
+        for command in _run_commands(instruction):
+            yield command, read_install(command.argv, dict(command.environ)), index
 
 
 # --- rules ---------------------------------------------------------------------------------
@@ -453,9 +264,8 @@ class _Target:
 
 
 def _target(text: str) -> _Target:
-    try:
-        req = Requirement(text)
-    except InvalidRequirement:
+    req = parse_requirement(text)
+    if req is None:
         base = basename(text)
         try:
             if base.endswith(".whl"):
@@ -653,21 +463,21 @@ def lint(
             next_run[a] = b
     guards = [
         (index, pos)
-        for pos, (cmd, index) in enumerate(commands)
-        if not isinstance(cmd, InstallCommand) and _is_guard(list(cmd.argv))
+        for pos, (command, install, index) in enumerate(commands)
+        if install is None and is_guard_call(command.argv)
     ]
     checks = [
         (index, pos)
-        for pos, (cmd, index) in enumerate(commands)
-        if not isinstance(cmd, InstallCommand)
+        for pos, (command, install, index) in enumerate(commands)
+        if install is None
         and (
-            _is_guard(list(cmd.argv))
-            or ((p := pip_invocation(list(cmd.argv))) is not None and p[1] == "check")
+            is_guard_call(command.argv)
+            or ((p := pip_invocation(list(command.argv))) is not None and p[1] == "check")
         )
     ]
     out: list[LintFinding] = []
-    for pos, (cmd, index) in enumerate(commands):
-        if not isinstance(cmd, InstallCommand):
+    for pos, (command, cmd, index) in enumerate(commands):
+        if cmd is None:
             continue
         instruction = dockerfile.instructions[index]
         targets = [_target(r) for r in cmd.requirements]
@@ -698,126 +508,12 @@ def lint(
                 LintFinding(
                     finding=f,
                     path=dockerfile.path,
-                    line=cmd.line,
-                    end_line=cmd.end_line,
+                    line=command.line,
+                    end_line=command.end_line,
                     instruction_line=instruction.start_line,
                     instruction_end_line=instruction.end_line,
                     stage=_stage_label(dockerfile, instruction),
-                    command=cmd.text,
+                    command=command.text,
                 )
             )
     return tuple(sorted(out, key=LintFinding.sort_key))
-
-
-# --- rendering -----------------------------------------------------------------------------
-
-
-def _as_json(item: LintFinding) -> dict[str, object]:
-    f = item.finding
-    return {
-        "rule": f.rule,
-        "severity": f.severity.value,
-        "message": f.message,
-        "package": f.package,
-        "path": item.path,
-        "line": item.line,
-        "end_line": item.end_line,
-        "instruction_line": item.instruction_line,
-        "instruction_end_line": item.instruction_end_line,
-        "stage": item.stage,
-        "command": item.command,
-        "policy_file": f.policy_file,
-    }
-
-
-def _sarif(findings: Sequence[LintFinding], errors: Sequence[tuple[str, str]]) -> dict[str, object]:
-    rule_ids = sorted(RULES)
-    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-    return {
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "pinguard-lint",
-                        "version": __version__,
-                        "informationUri": "https://github.com/pinguard/pinguard",
-                        "rules": [
-                            {
-                                "id": rid,
-                                "name": rid,
-                                "shortDescription": {"text": RULES[rid][1]},
-                                "defaultConfiguration": {"level": level[RULES[rid][0]]},
-                            }
-                            for rid in rule_ids
-                        ],
-                    }
-                },
-                "invocations": [
-                    {
-                        "executionSuccessful": not errors,
-                        "toolExecutionNotifications": [
-                            {
-                                "level": "error",
-                                "message": {"text": message},
-                                "locations": [
-                                    {"physicalLocation": {"artifactLocation": {"uri": path}}}
-                                ],
-                            }
-                            for path, message in errors
-                        ],
-                    }
-                ],
-                "results": [
-                    {
-                        "ruleId": item.rule,
-                        "ruleIndex": rule_ids.index(item.rule),
-                        "level": level[item.severity],
-                        "message": {"text": item.finding.message},
-                        "locations": [
-                            {
-                                "physicalLocation": {
-                                    "artifactLocation": {"uri": item.path},
-                                    "region": {
-                                        "startLine": item.line,
-                                        "endLine": item.end_line,
-                                    },
-                                }
-                            }
-                        ],
-                    }
-                    for item in findings
-                ],
-            }
-        ],
-    }
-
-
-def render(
-    findings: Sequence[LintFinding],
-    fmt: str = "table",
-    *,
-    errors: Sequence[tuple[str, str]] = (),
-) -> str:
-    """Render findings as ``table``, ``json`` or ``sarif``; ``errors`` are (path, message)."""
-    ordered = sorted(findings, key=LintFinding.sort_key)
-    if fmt == "json":
-        doc = {
-            "schema": LINT_SCHEMA_ID,
-            "findings": [_as_json(f) for f in ordered],
-            "errors": [{"path": p, "message": m} for p, m in sorted(errors)],
-        }
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    if fmt == "sarif":
-        return json.dumps(_sarif(ordered, sorted(errors)), indent=2, sort_keys=True) + "\n"
-    if fmt != "table":
-        raise ValueError(f"unknown format {fmt!r}: use table, json or sarif")
-    lines = [
-        f"{f.path}:{f.line}: {f.severity.value} [{f.rule}] {f.finding.message}" for f in ordered
-    ]
-    lines += [f"error: {m}" for _, m in sorted(errors)]
-    counts = {s: sum(1 for f in ordered if f.severity is s) for s in Severity}
-    summary = ", ".join(f"{counts[s]} {s.value}" for s in reversed(Severity) if counts[s])
-    lines.append(f"{len(ordered)} finding(s)" + (f": {summary}" if summary else ""))
-    return "\n".join(lines) + "\n"

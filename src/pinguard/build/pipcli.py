@@ -2,9 +2,12 @@
 
 Owns the option tables of ``pip install`` and ``uv pip install`` (which options take a value,
 short-flag clusters, ``--opt=value``), recognising ``pip``, ``pip3.11``, ``python -m pip`` and
-``uv pip`` behind wrappers such as ``env``, ``sudo`` and ``exec``, and folding ``PIP_*`` /
-``UV_*`` settings from the environment into one ``InstallOptions`` value. The Dockerfile lint
-and the resolver's replay of history steps both read install commands through this module.
+``uv pip`` behind ``NAME=value`` prefixes and wrappers such as ``env``, ``sudo`` and ``exec``,
+and folding ``PIP_*`` / ``UV_*`` settings from the environment into one `InstallCommand`: the
+one parsed form of an install command line. The Dockerfile lint, the resolver's replay of
+history steps and ``pinguard plan`` all read install commands through `read_install`. It also
+recognises a ``pinguard guard`` call (`is_guard_call`), which the lint and the guard's step
+names look for. Input is a list of words; splitting shell text is `pinguard.build.shell`'s.
 """
 
 from __future__ import annotations
@@ -91,9 +94,15 @@ _CANONICAL = {
 
 
 @dataclass(frozen=True, slots=True)
-class InstallOptions:
-    """What one ``pip install`` / ``uv pip install`` asks for, environment settings included."""
+class InstallCommand:
+    """One ``pip install`` (tool "pip") or ``uv pip install`` (tool "uv"), parsed.
 
+    Settings from the environment (``PIP_CONSTRAINT``, ``UV_INDEX_STRATEGY``, ...) are folded
+    into the fields, so a reader need not know where a setting came from.
+    """
+
+    tool: str  # "pip" or "uv"
+    args: tuple[str, ...]  # the words after ``install``
     positional: tuple[str, ...] = ()  # requirement specifiers (and anything else positional)
     editables: tuple[str, ...] = ()
     requirement_files: tuple[str, ...] = ()
@@ -109,6 +118,11 @@ class InstallOptions:
     force_reinstall: bool = False
     require_hashes: bool = False
     index_strategy: str | None = None
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """What it installs as written: positional requirements, then ``-e`` targets."""
+        return self.positional + self.editables
 
 
 def basename(word: str) -> str:
@@ -195,7 +209,7 @@ def pip_invocation(argv: list[str]) -> tuple[str, str, list[str]] | None:
 
 def parse_install(
     tool: str, args: Sequence[str], environ: Mapping[str, str] | None = None
-) -> InstallOptions:
+) -> InstallCommand:
     """Parse the words after ``install``; settings from ``environ`` (``PIP_*``/``UV_*``) fold in."""
     environ = environ or {}
     args = list(args)
@@ -248,8 +262,11 @@ def parse_install(
     extra = values("extra-index") or env_list(prefix + "EXTRA_INDEX_URL")
     if tool == "uv":
         extra += env_list("UV_INDEX")
-    prerelease = (values("prerelease") or [environ.get("UV_PRERELEASE", "")])[-1]
-    return InstallOptions(
+    uv_env = environ if tool == "uv" else {}  # UV_* settings are not pip's
+    prerelease = (values("prerelease") or [uv_env.get("UV_PRERELEASE", "")])[-1]
+    return InstallCommand(
+        tool=tool,
+        args=tuple(args),
         positional=tuple(positional),
         editables=tuple(values("editable")),
         requirement_files=tuple(values("requirement")),
@@ -259,13 +276,44 @@ def parse_install(
         find_links=tuple(values("find-links") + env_list(prefix + "FIND_LINKS")),
         no_index=flag("no-index") or env_true(prefix + "NO_INDEX"),
         pre=flag("pre")
-        or env_true("PIP_PRE")
+        or (tool == "pip" and env_true("PIP_PRE"))
         or prerelease in {"allow", "if-necessary", "if-necessary-or-explicit"},
         upgrade=flag("upgrade") or env_true(prefix + "UPGRADE"),
         upgrade_packages=tuple(values("upgrade-package")),
         no_deps=flag("no-deps") or env_true(prefix + "NO_DEPS"),
         force_reinstall=flag("force-reinstall"),
         require_hashes=flag("require-hashes") or env_true(prefix + "REQUIRE_HASHES"),
-        index_strategy=(values("index-strategy") or [environ.get("UV_INDEX_STRATEGY", "")])[-1]
+        index_strategy=(values("index-strategy") or [uv_env.get("UV_INDEX_STRATEGY", "")])[-1]
         or None,
     )
+
+
+def read_install(
+    argv: Sequence[str], environ: Mapping[str, str] | None = None
+) -> InstallCommand | None:
+    """The install command that ``argv`` (one simple command's words) runs, or None.
+
+    Leading ``NAME=value`` words and ``env NAME=value`` settings fold in over ``environ``.
+    """
+    words = list(argv)
+    inline: dict[str, str] = {}
+    while words and ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        inline[name] = value
+    hit = pip_invocation(strip_wrappers(words, inline))
+    if hit is None or hit[1] != "install":
+        return None
+    tool, _, args = hit
+    return parse_install(tool, args, {**(environ or {}), **inline})
+
+
+_PINGUARD = re.compile(r"pinguard([-.\w]*\.pyz)?")
+
+
+def is_guard_call(argv: Sequence[str]) -> bool:
+    """True for ``pinguard guard ...``, ``python -m pinguard guard``, ``x.pyz guard``."""
+    for k, word in enumerate(argv):
+        module = k > 0 and argv[k - 1] == "-m" and word == "pinguard"
+        if module or _PINGUARD.fullmatch(basename(word)):
+            return k + 1 < len(argv) and argv[k + 1] == "guard"
+    return False

@@ -15,16 +15,25 @@ import io
 import json
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 
-from pinguard.models import Distribution, Incomplete
+from pinguard.catalog.interface import (
+    Analyzer,
+    AnalyzerOptions,
+    AnalyzerSession,
+    SnapshotParts,
+    StateView,
+)
+from pinguard.layers.tar import CAPTURE, HASH, SKIP
+from pinguard.models import Distribution, Environment, Incomplete
 from pinguard.target import parse_requirement
 
-VERSION = "1"  # bump when parsing changes: it is part of the layer cache key
+VERSION = "1"  # bump when parsing changes (the layer cache key also covers this source)
 
 ENV_DIRS = ("site-packages", "dist-packages")
 DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
@@ -229,3 +238,80 @@ def parse_distribution(
         display_name=name,
     )
     return dist, problems
+
+
+# Every base name the analyzer may keep: a set lookup rejects almost every member of a layer
+# before the path rules run (``wants`` is called once per tar member).
+_BASENAMES = frozenset({*DIST_INFO_FILES, *EGG_INFO_FILES, "pyvenv.cfg", "os.py"})
+
+
+@dataclass(frozen=True, slots=True)
+class PythonAnalyzer(Analyzer):
+    """dist-info and egg-info metadata, interpreters' ``os.py`` and ``pyvenv.cfg``; with
+    ``verify_records`` also the digest of every file inside an environment."""
+
+    name = "python"
+    version = VERSION
+    verify_records: bool = False
+
+    @classmethod
+    def create(cls, options: AnalyzerOptions) -> PythonAnalyzer:
+        return cls(verify_records=options.verify_records)
+
+    def wants(self, path: str) -> int:
+        base = path[path.rfind("/") + 1 :]
+        if (base in _BASENAMES or base.endswith(".egg-info")) and wants(path):
+            return CAPTURE
+        if self.verify_records and in_environment(path):
+            return HASH
+        return SKIP
+
+    def session(self) -> PythonSession:
+        return PythonSession()
+
+
+class PythonSession(AnalyzerSession):
+    """Parsed distributions of a state; only the metadata directories a layer touched are
+    parsed again."""
+
+    def __init__(self) -> None:
+        self._dists: dict[str, tuple[Distribution | None, tuple[Incomplete, ...]]] = {}
+
+    def update(self, state: StateView, touched: Sequence[str]) -> None:
+        files = state.files
+        dirs: set[str] = set()
+        for path in touched:
+            meta = metadata_dir(path)
+            if meta is not None:
+                dirs.add(meta)
+            else:
+                # a removed directory: every metadata dir below it
+                prefix = path.rstrip("/") + "/"
+                dirs.update(d for d in self._dists if d.startswith(prefix) or d == path)
+        for meta in dirs:
+            present = meta in files or any(
+                f"{meta}/{name}" in files for name in (*DIST_INFO_FILES, *EGG_INFO_FILES)
+            )
+            if not present:
+                self._dists.pop(meta, None)
+                continue
+            dist, problems = parse_distribution(meta, files)
+            self._dists[meta] = (dist, tuple(problems))
+
+    def contribute(self, state: StateView, parts: SnapshotParts) -> None:
+        files = state.files
+        markers = python_markers(files)
+        by_env: dict[str, list[Distribution]] = {}
+        for meta in sorted(self._dists):
+            dist, problems = self._dists[meta]
+            parts.incomplete.extend(problems)
+            if dist is not None:
+                by_env.setdefault(posixpath.dirname(meta), []).append(dist)
+        parts.environments.extend(
+            Environment(
+                path=env,
+                python=python_of(env, files, markers),
+                distributions=tuple(sorted(dists, key=lambda d: (d.name, d.metadata_path))),
+            )
+            for env, dists in sorted(by_env.items())
+        )

@@ -13,9 +13,11 @@ from pinguard.cli.common import (
     add_policy_options,
     exit_code,
     judge,
+    pinned,
     run_audit,
 )
 from pinguard.fileio import atomic_write
+from pinguard.policy.load import load_run_policy
 from pinguard.report import table
 from pinguard.report.formats import FORMATS
 from pinguard.report.options import RenderOptions
@@ -40,18 +42,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def render_options(args: argparse.Namespace) -> RenderOptions:
+def render_options(args: argparse.Namespace, watch: tuple[str, ...] = ()) -> RenderOptions:
     """The ``RenderOptions`` the command line asks for."""
     return RenderOptions(
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
-        dockerfile=args.dockerfile,
+        dockerfile=getattr(args, "dockerfile", None),
+        watch=watch,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    result = judge(run_audit(args, args.reference), args)
-    options = render_options(args)
+    policy = load_run_policy(args.policy)
+    result = judge(run_audit(args, args.reference), args, policy)
+    options = render_options(args, pinned(policy))
     if args.format == "table" and not args.output:
         console = Console() if sys.stdout.isatty() else Console(width=140)
         table.draw(result, console, options)

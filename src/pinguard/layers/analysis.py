@@ -14,6 +14,7 @@ import base64
 import hashlib
 import os
 import posixpath
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -21,7 +22,17 @@ from typing import BinaryIO
 from pinguard.errors import LayerError
 from pinguard.layers import blob
 from pinguard.layers.blob import DECOMPRESS_ERRORS, VerifyingReader, inflated_chunks
-from pinguard.layers.tar import CAPTURE, SKIP, Chunks, Selector, walk_members
+from pinguard.layers.tar import (
+    CAPTURE,
+    HASH,
+    SKIP,
+    STREAM,
+    Chunks,
+    Member,
+    Selector,
+    StreamOpener,
+    walk_members,
+)
 
 
 @dataclass(slots=True)
@@ -41,6 +52,8 @@ class LayerAnalysis:
     # (path, reason) of selected files that could not be read (directories on disk only;
     # a layer stream that cannot be read is an error, not a partial analysis)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    # path -> what the member's stream consumer returned (JSON-compatible), for STREAM members
+    streamed: dict[str, object] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
@@ -58,6 +71,7 @@ class LayerAnalysis:
             "members": self.members,
             "size": self.size,
             "unreadable": [list(u) for u in sorted(self.unreadable)],
+            "streamed": dict(sorted(self.streamed.items())),
         }
 
     @classmethod
@@ -77,11 +91,33 @@ class LayerAnalysis:
             members=int(data["members"]),  # type: ignore[call-overload]
             size=int(data["size"]),  # type: ignore[call-overload]
             unreadable=[(str(p), str(w)) for p, w in data.get("unreadable", [])],  # type: ignore[attr-defined]
+            streamed=dict(data["streamed"]),  # type: ignore[call-overload]
         )
 
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
+
+
+def _record(result: LayerAnalysis, member: Member) -> None:
+    """Add one walked member to the analysis: a whiteout, or what the selector kept."""
+    path = member.path
+    if ".wh." in path:
+        cut = path.rfind("/")
+        base = path[cut + 1 :]
+        if base.startswith(WHITEOUT):
+            parent = path[:cut] or "/"
+            if base == OPAQUE:
+                result.opaque.append(parent)
+            else:
+                result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
+            return
+    if member.data is not None:
+        result.files[path] = member.data
+    if member.digest is not None:
+        result.hashes[path] = member.digest
+    if member.streamed is not None:
+        result.streamed[path] = member.streamed
 
 
 def analyze_stream(
@@ -90,6 +126,7 @@ def analyze_stream(
     digest: str | None,
     size: int | None,
     select: Selector,
+    open_stream: StreamOpener | None = None,
     progress: Callable[[int], None] | None = None,
     prefetch: bool = True,
 ) -> LayerAnalysis:
@@ -100,22 +137,8 @@ def analyze_stream(
         counter = [0]
         try:
             src = Chunks(inflated_chunks(verifier))
-            for member in walk_members(src, select, False, counter):
-                path = member.path
-                if ".wh." in path:
-                    cut = path.rfind("/")
-                    base = path[cut + 1 :]
-                    if base.startswith(WHITEOUT):
-                        parent = path[:cut] or "/"
-                        if base == OPAQUE:
-                            result.opaque.append(parent)
-                        else:
-                            result.whiteouts.append(posixpath.join(parent, base[len(WHITEOUT) :]))
-                        continue
-                if member.data is not None:
-                    result.files[member.path] = member.data
-                elif member.digest is not None:
-                    result.hashes[member.path] = member.digest
+            for member in walk_members(src, select, False, counter, open_stream):
+                _record(result, member)
             result.members = counter[0]
             result.size = src.total
         except DECOMPRESS_ERRORS as exc:
@@ -134,22 +157,58 @@ def analyze_stream(
     return result
 
 
+def _read_file(
+    full: str, path: str, want: int, open_stream: StreamOpener | None, result: LayerAnalysis
+) -> None:
+    """One regular file on disk, as the tar walk would read it; symlinks are never opened."""
+    fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return
+        stream = None
+        if want & STREAM:
+            if open_stream is None:
+                raise LayerError(f"{path!r} selected for streaming but nothing consumes it")
+            stream = open_stream(path, os.fstat(fh.fileno()).st_size)
+        h = hashlib.sha256() if want & HASH else None
+        kept: list[bytes] | None = [] if want & CAPTURE else None
+        for chunk in iter(lambda: fh.read(blob.CHUNK), b""):
+            if kept is not None:
+                kept.append(chunk)
+            if h is not None:
+                h.update(chunk)
+            if stream is not None:
+                stream.update(memoryview(chunk))
+        if kept is not None:
+            result.files[path] = b"".join(kept)
+        if h is not None:
+            b64 = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+            result.hashes[path] = f"sha256={b64}"
+        if stream is not None:
+            result.streamed[path] = stream.close()
+
+
 def analyze_directory(
-    root: str, *, select: Selector, exclude: tuple[str, ...] = ()
+    root: str,
+    *,
+    select: Selector,
+    open_stream: StreamOpener | None = None,
+    exclude: tuple[str, ...] = (),
 ) -> LayerAnalysis:
     """The same analysis for a root filesystem or environment already on disk.
 
     ``exclude`` holds absolute in-image paths (such as pinguard's own install) whose trees
-    are not read. Pseudo filesystems are never entered.
+    are not read. Pseudo filesystems are never entered, and symbolic links are neither
+    followed into directories nor read as files: nothing outside ``root`` is read.
     """
     skip = {"/proc", "/sys", "/dev", *exclude}
     result = LayerAnalysis(digest="")
     root = os.path.abspath(root)
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = "/" + os.path.relpath(dirpath, root).replace(os.sep, "/")
         rel_dir = "/" if rel_dir == "/." else rel_dir
         dirnames[:] = sorted(d for d in dirnames if posixpath.join(rel_dir, d) not in skip)
-        for name in filenames:
+        for name in sorted(filenames):
             path = posixpath.join(rel_dir, name)
             if path in skip:
                 continue
@@ -158,18 +217,10 @@ def analyze_directory(
             if want == SKIP:
                 continue
             full = os.path.join(dirpath, name)
-            if os.path.islink(full) or not os.path.isfile(full):
+            if os.path.islink(full):
                 continue
             try:
-                with open(full, "rb") as fh:
-                    if want == CAPTURE:
-                        result.files[path] = fh.read()
-                    else:
-                        h = hashlib.sha256()
-                        for chunk in iter(lambda: fh.read(blob.CHUNK), b""):
-                            h.update(chunk)
-                        digest = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
-                        result.hashes[path] = f"sha256={digest}"
+                _read_file(full, path, want, open_stream, result)
             except OSError as exc:
                 result.unreadable.append((path, f"cannot read: {exc.strerror or exc}"))
     return result

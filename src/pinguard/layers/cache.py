@@ -1,19 +1,34 @@
-"""The per-layer analysis cache, keyed by layer digest and analyzer versions.
+"""The per-layer analysis cache: its entry format and its full key.
 
-A layer's analysis never changes for a given digest and analyzer set, so a second audit of
-the same image reads no layer again. Entries are JSON files written atomically (a temporary
-file in the same directory, then ``os.replace``), so two runs sharing a cache directory can
-never see a half-written entry; an unreadable entry is treated as missing.
+A layer's analysis never changes for a given digest and the code that produced it, so a
+second audit of the same image reads no layer again. The key (``cache_key``) covers all of
+that code without anyone having to remember a version bump: the entry format version, a
+digest of the source of every module in ``pinguard.layers`` (verifier, inflater, tar walk,
+whiteout recording, this format) and ``pinguard.catalog`` (the analyzers, their protocol and
+registry), and the parts the analyzer registry adds (each analyzer's name, explicit version,
+options, and the source of the module that defines it, so an analyzer living elsewhere is
+covered too). Entries are JSON files written atomically (``pinguard.fileio.atomic_write``),
+so two runs sharing a cache directory never see a half-written entry; an unreadable entry is
+treated as missing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import tempfile
+from collections.abc import Iterable
+from functools import cache
+from importlib import import_module
 from pathlib import Path
+from types import ModuleType
 
+from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerAnalysis
+
+FORMAT = "2"  # the JSON layout of an entry (2: "streamed" results)
+
+#: Packages whose every module's source is part of the key: the code that makes an analysis.
+PRODUCERS = ("pinguard.layers", "pinguard.catalog")
 
 
 def default_cache_dir() -> Path:
@@ -22,12 +37,52 @@ def default_cache_dir() -> Path:
     return Path(user_cache_dir("pinguard")) / "layers"
 
 
-class LayerCache:
-    """A directory of ``<algo>-<hex>.<analyzer key>.json`` files."""
+def _sources(module: ModuleType) -> list[tuple[str, bytes]]:
+    """(name, bytes) of a module's source; for a package, of every module file below it."""
+    file = getattr(module, "__file__", None)
+    if file is None:
+        raise RuntimeError(f"module {module.__name__!r} has no file: cannot key the layer cache")
+    path = Path(file)
+    if not hasattr(module, "__path__"):
+        return [(module.__name__, path.read_bytes())]
+    root = path.parent
+    out = [
+        (f"{module.__name__}/{p.relative_to(root).as_posix()}", p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.suffix in {".py", ".pyc"} and "__pycache__" not in p.parts
+    ]
+    if not out:
+        raise RuntimeError(f"package {module.__name__!r} has no module files to key the cache")
+    return out
 
-    def __init__(self, directory: Path, analyzer_key: str) -> None:
+
+@cache
+def source_digest(module: ModuleType) -> str:
+    """sha256 over the source of ``module`` (all of it, for a package)."""
+    h = hashlib.sha256()
+    for name, data in _sources(module):
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def cache_key(parts: Iterable[str]) -> str:
+    """The entry key: the format, the producers' source, then the registry's ``parts``."""
+    h = hashlib.sha256(f"format={FORMAT}\0".encode())
+    for name in PRODUCERS:
+        module = import_module(name)
+        h.update(f"{module.__name__}={source_digest(module)}\0".encode())
+    for part in parts:
+        h.update(part.encode("utf-8") + b"\0")
+    return h.hexdigest()[:16]
+
+
+class LayerCache:
+    """A directory of ``<algo>-<hex>.<key>.json`` files."""
+
+    def __init__(self, directory: Path, key: str) -> None:
         self.directory = directory
-        self.key = analyzer_key
+        self.key = key
 
     def _path(self, digest: str) -> Path:
         algo, _, hexpart = digest.partition(":")
@@ -40,18 +95,12 @@ class LayerCache:
             with self._path(digest).open("rb") as fh:
                 data = json.load(fh)
             analysis = LayerAnalysis.from_json(data)
-        except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
             return None
         return analysis if analysis.digest == digest else None
 
     def put(self, analysis: LayerAnalysis) -> None:
         target = self._path(analysis.digest)
+        text = json.dumps(analysis.to_json(), separators=(",", ":"), sort_keys=True)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(analysis.to_json(), fh, separators=(",", ":"))
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(target, text)

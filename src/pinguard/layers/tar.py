@@ -5,8 +5,9 @@ and links, PAX path, linkpath and size records, GNU base-256 numbers, header che
 (checked as ``tarfile`` checks them). It is tested against ``tarfile`` on the same inputs and
 is several times faster than ``tarfile``'s stream mode, because members nobody asked for are
 passed over by moving a cursor inside the decompressed chunk. A ``Selector`` says, per
-regular file, whether to capture its bytes, hash them or skip them; a corrupt header or a
-truncated stream raises ``LayerError``.
+regular file, whether to capture its bytes, hash them, stream them chunk by chunk to a
+``MemberStream`` (for big files such as shared objects: the walk never holds them), or skip
+them; a corrupt header or a truncated stream raises ``LayerError``.
 """
 
 from __future__ import annotations
@@ -17,18 +18,39 @@ import posixpath
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from pinguard.errors import LayerError
 from pinguard.layers.blob import Readable, read_chunks
 
 BLOCK = 512
 
-# Member kinds a selector may ask for.
+# What a selector may ask for, per regular file: bit flags, combined with ``|`` when several
+# consumers want the same member (SKIP is the empty set).
 SKIP = 0
 CAPTURE = 1  # keep the bytes (small metadata files)
 HASH = 2  # keep only the sha256 of the content (RECORD verification)
+STREAM = 4  # hand the content, chunk by chunk, to a ``MemberStream`` (big files, never held)
 
 Selector = Callable[[str], int]
+
+
+class MemberStream(Protocol):
+    """A consumer of one member's content, opened by a ``StreamOpener`` for a STREAM member.
+
+    ``update`` receives the content in order, in chunks of any size (views into the walk's
+    buffer: copy what you keep, the view is reused after the call). ``close`` is called once
+    after the last chunk and returns a JSON-compatible summary that the layer analysis keeps
+    (and the cache stores). Bad content is the consumer's to record in that summary: raising
+    from either method aborts the whole layer.
+    """
+
+    def update(self, chunk: memoryview, /) -> None: ...
+
+    def close(self) -> object: ...
+
+
+StreamOpener = Callable[[str, int], MemberStream]  # (path, size) -> consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +63,7 @@ class Member:
     linkname: str
     data: bytes | None = None  # CAPTURE
     digest: str | None = None  # HASH
+    streamed: object = None  # STREAM: what the member's stream consumer returned
 
 
 def normalize(path: str) -> str:
@@ -196,11 +219,30 @@ def _checksum_ok(header: bytes) -> bool:
     return stored in (exact, signed)
 
 
+def _sha256_b64(h: hashlib._Hash) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+
+
+def _tee(*sinks: Callable[[memoryview], object]) -> Callable[[memoryview], None]:
+    def feed(chunk: memoryview) -> None:
+        for sink in sinks:
+            sink(chunk)
+
+    return feed
+
+
 def walk_members(
-    src: Chunks, select: Selector, everything: bool, counter: list[int]
+    src: Chunks,
+    select: Selector,
+    everything: bool,
+    counter: list[int],
+    open_stream: StreamOpener | None = None,
 ) -> Iterator[Member]:
     """The tar walk. With ``everything`` false only members ``select`` keeps and whiteout
-    candidates are yielded (the rest are counted in ``counter[0]`` and passed over)."""
+    candidates are yielded (the rest are counted in ``counter[0]`` and passed over).
+
+    A member selected with STREAM is fed to ``open_stream(path, size)`` while the walk
+    passes over it; asking for STREAM without an opener is a ``LayerError``."""
     pending: dict[str, str] = {}
     long_name: str | None = None
     long_link: str | None = None
@@ -291,29 +333,49 @@ def walk_members(
                     continue
                 data_out: bytes | None = None
                 digest: str | None = None
-            elif want == CAPTURE:
-                data_out = src.take(padded)[:size] if padded != size else src.take(size)
-                if len(data_out) < size:
-                    raise LayerError(f"layer tar ends inside {path!r} (truncated)")
-                digest = None
-            else:  # HASH
-                h = hashlib.sha256()
-                if not src.skip(size, h.update) or not src.skip(padded - size):
-                    raise LayerError("layer tar ends inside a member (truncated)")
-                b64 = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+                streamed: object = None
+            else:
+                stream = None
+                if want & STREAM:
+                    if open_stream is None:
+                        raise LayerError(f"{path!r} selected for streaming but nothing consumes it")
+                    stream = open_stream(path, size)
                 data_out = None
-                digest = f"sha256={b64}"
+                digest = None
+                if want & CAPTURE:
+                    data_out = src.take(padded)[:size] if padded != size else src.take(size)
+                    if len(data_out) < size:
+                        raise LayerError(f"layer tar ends inside {path!r} (truncated)")
+                    if want & HASH:
+                        digest = _sha256_b64(hashlib.sha256(data_out))
+                    if stream is not None:
+                        stream.update(memoryview(data_out))
+                else:  # HASH and/or STREAM: the content passes by, never held
+                    h = hashlib.sha256() if want & HASH else None
+                    if h is not None and stream is not None:
+                        sink: Callable[[memoryview], object] = _tee(h.update, stream.update)
+                    else:
+                        sink = h.update if h is not None else stream.update  # type: ignore[union-attr]
+                    if not src.skip(size, sink) or not src.skip(padded - size):
+                        raise LayerError("layer tar ends inside a member (truncated)")
+                    digest = _sha256_b64(h) if h is not None else None
+                streamed = stream.close() if stream is not None else None
             if link_b is None:
                 link_b = header[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            yield Member(path, typeflag, size, link_b, data=data_out, digest=digest)
+            yield Member(
+                path, typeflag, size, link_b, data=data_out, digest=digest, streamed=streamed
+            )
     finally:
         counter[0] += members
 
 
-def walk_tar(reader: Readable, select: Selector) -> Iterator[Member]:
+def walk_tar(
+    reader: Readable, select: Selector, open_stream: StreamOpener | None = None
+) -> Iterator[Member]:
     """Yield every member of an uncompressed tar stream, reading each header once.
 
-    ``select(path)`` says whether to capture the member's bytes, hash them, or skip them.
-    Raises ``LayerError`` on a corrupt header or a truncated stream.
+    ``select(path)`` says whether to capture the member's bytes, hash them, stream them to
+    ``open_stream`` or skip them. Raises ``LayerError`` on a corrupt header or a truncated
+    stream.
     """
-    return walk_members(Chunks(read_chunks(reader)), select, True, [0])
+    return walk_members(Chunks(read_chunks(reader)), select, True, [0], open_stream)

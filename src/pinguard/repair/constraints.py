@@ -16,7 +16,6 @@ Outputs are sorted and carry no timestamps, so two runs give identical bytes.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from pinguard.build.history import strip_build_args
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (
@@ -39,8 +39,8 @@ from pinguard.models import (
     Snapshot,
     Step,
 )
+from pinguard.policy.effective import ForbiddenRange
 
-_ARGS_PREFIX = re.compile(r"^\|\d+ (?:\S+=\S* )*")
 UV_KEYS = {False: "constraint-dependencies", True: "override-dependencies"}
 
 
@@ -240,7 +240,7 @@ def build_constraints(
 
 def _short(command: str, width: int = 90) -> str:
     # Without buildah/docker's "|N ARG=value ..." prefix: the build args would fill the line.
-    text = _ARGS_PREFIX.sub("", " ".join(command.split()), count=1)
+    text = strip_build_args(command)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -371,7 +371,7 @@ def check_constraints(
     path: str | os.PathLike[str],
     *,
     pins: Mapping[NormalizedName, SpecifierSet],
-    forbidden: Sequence[tuple[NormalizedName, SpecifierSet, str]] = (),
+    forbidden: Sequence[ForbiddenRange] = (),
 ) -> tuple[CheckProblem, ...]:
     """Problems of one constraints file against the policy: a forbidden version, a pinned
     package outside the policy's known-good range, or a line that is not a requirement."""
@@ -391,12 +391,10 @@ def check_constraints(
                     exact = Version(s.version)
                 except InvalidVersion:
                     exact = None
-        for fname, fspec, reason in forbidden:
-            if canonicalize_name(fname) != pkg:
-                continue
-            if exact is not None and fspec.contains(exact, prereleases=True):
+        for bad in forbidden:
+            if exact is not None and bad.forbids(pkg, exact):
                 problems.append(
-                    CheckProblem(name, number, line, f"{pkg} {exact} is forbidden: {reason}")
+                    CheckProblem(name, number, line, f"{pkg} {exact} is forbidden: {bad.reason}")
                 )
         pin = pins.get(pkg)
         if pin is None:

@@ -17,7 +17,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import NormalizedName, canonicalize_name
@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from pinguard.errors import ResolveError, UsageError
 from pinguard.models import Change, Distribution, Environment, Platform, Unmet
-from pinguard.repair.resolve.command import InstallCommand
+from pinguard.repair.resolve.command import InstallReplay
 from pinguard.repair.resolve.index import IndexFetchError, SimpleIndex, TargetEnvironment
 from pinguard.repair.resolve.uv import IndexOptions, run, uv_bin
 
@@ -37,7 +37,7 @@ class Plan:
     """What an install step would change in one environment."""
 
     environment: str
-    command: InstallCommand
+    command: InstallReplay
     install: tuple[tuple[NormalizedName, str], ...]
     uninstall: tuple[tuple[NormalizedName, str], ...]
     changes: tuple[Change, ...]
@@ -90,17 +90,16 @@ def seed_site_packages(site: Path, env: Environment) -> list[str]:
     return notes
 
 
-def uv_install_args(command: InstallCommand, index: IndexOptions) -> list[str]:
+def uv_install_args(command: InstallReplay, index: IndexOptions) -> list[str]:
     """uv flags replaying ``command`` with ``index`` added."""
-    opts = index.merged(command.index)
-    if command.tool == "pip" and opts.index_strategy is None and opts.extra_index_urls:
-        opts = replace(opts, index_strategy="unsafe-best-match")
+    parsed = command.command
+    opts = index.merged(command.index).for_tool(parsed.tool)
     args = opts.uv_args()
-    if command.upgrade:
+    if parsed.upgrade:
         args.append("--upgrade")
-    if command.no_deps:
+    if parsed.no_deps:
         args.append("--no-deps")
-    if command.force_reinstall:
+    if parsed.force_reinstall:
         args.append("--reinstall")
     for c in command.constraint_files:
         args += ["--constraint", c]
@@ -109,7 +108,7 @@ def uv_install_args(command: InstallCommand, index: IndexOptions) -> list[str]:
 
 def plan_install(
     env: Environment,
-    command: InstallCommand,
+    command: InstallReplay,
     *,
     index: IndexOptions | None = None,
     platform: Platform | None = None,
@@ -183,7 +182,7 @@ def plan_install(
                 raw_version=version,
                 metadata_path=f"{env.path.rstrip('/')}/{_stem(name)}-{version}.dist-info",
                 requires_dist=requires,
-                installer="uv" if command.tool == "uv" else "pip",
+                installer="uv" if command.command.tool == "uv" else "pip",
                 requested=name in {_req_name(r) for r in command.requirements},
                 fingerprint=f"planned:{name}=={version}",
             )

@@ -1,4 +1,5 @@
-"""The registry of audit output formats: ``FORMATS`` maps a ``--format`` name to its renderer.
+"""The registries of output formats: ``FORMATS`` maps an audit's ``--format`` name to its
+renderer, ``COMPARE_FORMATS`` does the same for ``pinguard compare``.
 
 Adding a format is adding a module to ``pinguard.report`` whose ``render(result, options)``
 follows the ``Renderer`` protocol, and one entry here; the CLI offers every key of
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pinguard.models import AuditResult
-from pinguard.report import json, junit, markdown, sarif, table
-from pinguard.report.options import DEFAULT_OPTIONS, Renderer, RenderOptions
+from pinguard.report import compare, html, json, junit, markdown, sarif, table
+from pinguard.report.options import DEFAULT_OPTIONS, CompareRenderer, Renderer, RenderOptions
 
 FORMATS: Mapping[str, Renderer] = {
     "table": table.render,
@@ -19,6 +20,17 @@ FORMATS: Mapping[str, Renderer] = {
     "sarif": sarif.render,
     "junit": junit.render,
     "markdown": markdown.render,
+    "html": html.render,
+}
+
+
+COMPARE_FORMATS: Mapping[str, CompareRenderer] = {
+    "table": compare.render_table,
+    "json": compare.render_json,
+    "markdown": compare.render_markdown,
+    "html": html.render_comparison,
+    "sarif": compare.render_sarif,
+    "junit": compare.render_junit,
 }
 
 

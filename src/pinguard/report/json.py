@@ -7,13 +7,15 @@ gives the same bytes. The schema file lives in ``pinguard/schemas/audit-v1.schem
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pinguard.models import SCHEMA_ID, AuditResult, Finding
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
+# A JSON object as plain data.
+JsonObject = dict[str, object]
 
-def finding_dict(f: Finding) -> dict[str, Any]:
+
+def finding_dict(f: Finding) -> JsonObject:
     return {
         "rule": f.rule,
         "severity": f.severity.value,
@@ -29,11 +31,11 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
-def finding_sort_key(f: Finding) -> tuple[Any, ...]:
+def finding_sort_key(f: Finding) -> tuple[int, str, str, str, str]:
     return (f.step or 0, f.environment or "", f.package or "", f.rule, f.message)
 
 
-def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
+def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> JsonObject:
     """The JSON document as plain data (see ``render``)."""
     image = result.image
     steps = []

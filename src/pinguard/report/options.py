@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pinguard.models import AuditResult, Severity
+
+if TYPE_CHECKING:
+    from pinguard.audit.compare import Comparison, PlatformComparison
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class RenderOptions:
     max_rows: int = 50
     # table: the console width when rendering to text
     width: int = 160
+    # html: packages the timeline always shows (the policy's pins), besides what changed
+    watch: tuple[str, ...] = ()
 
 
 DEFAULT_OPTIONS = RenderOptions()
@@ -46,3 +51,12 @@ class Renderer(Protocol):
     """One output format: the report text for a judged ``AuditResult``."""
 
     def __call__(self, result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str: ...
+
+
+class CompareRenderer(Protocol):
+    """One output format of ``pinguard compare``: the report text for a judged comparison
+    (``audit.compare.Comparison`` or ``PlatformComparison``)."""
+
+    def __call__(
+        self, cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
+    ) -> str: ...

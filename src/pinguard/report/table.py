@@ -14,8 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pinguard.build.history import command_text
 from pinguard.models import AuditResult, ChangeKind, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.why import reasons
 
 _KIND_STYLE = {
     ChangeKind.ADDED: "green",
@@ -28,10 +30,7 @@ _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.I
 
 
 def _short(command: str, width: int = 110) -> str:
-    text = " ".join(command.split())
-    for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
+    text = " ".join(command_text(command).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -85,8 +84,8 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
                 else (c.after or c.before or "")
             )
             why = "\n".join(
-                f"{'  ' * i}{x.package} {x.version} requires {x.requirement}"
-                for i, x in enumerate(c.causes)
+                f"{'  ' * i}{line}"
+                for i, line in enumerate(reasons(c.kind, c.name, c.causes, step.created_by))
             )
             row: list[str | Text] = [
                 c.name,

@@ -157,6 +157,26 @@ class _LayoutSource(ImageSource):
             )
         raise SourceError(f"{self.reference}: indexes nested deeper than {_MAX_DEPTH}")
 
+    def platforms(self) -> tuple[Platform, ...]:
+        """The platforms the tag (or the whole layout) offers, following one nested index."""
+        index = mf.parse_json_document(
+            self._read_file("index.json", _SMALL_BLOB), f"{self.reference} index.json"
+        )
+        entries = self._top_candidates(index)
+        for _depth in range(_MAX_DEPTH + 1):
+            if len(entries) == 1 and mf.is_index({}, entries[0].get("mediaType", "")):
+                what = f"{self.reference} blob {entries[0]['digest']}"
+                doc = mf.parse_json_document(self._read_blob(entries[0], what), what)
+                entries = mf.descriptors(doc, "manifests", what)
+                continue
+            break
+        found: list[Platform] = []
+        for desc in entries:
+            plat = mf.descriptor_platform(desc)
+            if plat is not None and plat.os != "unknown" and plat not in found:
+                found.append(plat)
+        return tuple(found) if found else super().platforms()
+
     def open_blob(self, layer: LayerRef) -> BinaryIO:
         return self._open_file(blob_relpath(layer.digest, self.reference))
 

@@ -20,7 +20,6 @@ import email.utils
 import hashlib
 import io
 import ipaddress
-import json
 import logging
 import os
 import random
@@ -38,7 +37,13 @@ from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, Sou
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
-from pinguard.sources.manifest import descriptor_platform, platform_from_config
+from pinguard.sources.manifest import (
+    descriptor_platform,
+    parse_json_document,
+    platform_from_config,
+    sha256_digest,
+    verify_bytes,
+)
 from pinguard.sources.reference import DockerReference, parse_reference
 from pinguard.target import host_platform, platform_matches
 
@@ -143,13 +148,6 @@ def _backoff(attempt: int) -> float:
 
 def _retryable(status: int) -> bool:
     return status == 429 or (status >= 500 and status not in _NOT_RETRYABLE_5XX)
-
-
-def _digest_of(algo: str, data: bytes) -> str:
-    try:
-        return f"{algo}:{hashlib.new(algo, data).hexdigest()}"
-    except ValueError:
-        raise SourceError(f"unsupported digest algorithm {algo!r}") from None
 
 
 class _NoNetrc(requests.auth.AuthBase):
@@ -379,7 +377,7 @@ class RegistrySource(ImageSource):
         auth: str | None,
         *,
         stream: bool,
-        data: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | bytes | None = None,
     ) -> requests.Response:
         """One request, redirects followed by hand; Authorization stays on its origin."""
         origin = _origin(url)
@@ -421,7 +419,7 @@ class RegistrySource(ImageSource):
         auth: str | None,
         *,
         stream: bool,
-        data: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | bytes | None = None,
     ) -> requests.Response:
         attempt = 0
         while True:
@@ -449,12 +447,21 @@ class RegistrySource(ImageSource):
             attempt += 1
             time.sleep(delay)
 
-    def _request(self, url: str, headers: Mapping[str, str], *, stream: bool) -> requests.Response:
-        """GET from the registry: retries, then one authentication round on a 401."""
+    def _request(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        stream: bool,
+        method: str = "GET",
+        body: bytes | None = None,
+    ) -> requests.Response:
+        """One registry request (GET unless told): retries, then one authentication round
+        on a 401."""
         authenticated = False
         while True:
             response = self._send_with_retries(
-                "GET", url, headers, self._auth_header(), stream=stream
+                method, url, headers, self._auth_header(), stream=stream, data=body
             )
             if response.status_code != 401 or _origin(response.url) != _origin(url):
                 if response.status_code == 403 and _origin(response.url) == _origin(url):
@@ -510,24 +517,16 @@ class RegistrySource(ImageSource):
         finally:
             response.close()
         if ":" in reference and not reference.startswith(":"):
-            algo = reference.split(":", 1)[0]
-            actual = _digest_of(algo, body)
-            if actual != reference:
-                raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+            verify_bytes(body, reference, what)
             digest = reference
         else:
-            digest = _digest_of("sha256", body)
+            digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
         return body, content_type, digest
 
     def _parse_manifest(
         self, body: bytes, content_type: str, what: str
     ) -> tuple[dict[str, Any], str]:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise SourceError(f"{what} is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise SourceError(f"{what} is not a JSON object")
+        data = parse_json_document(body, what)
         media_type = data.get("mediaType") if isinstance(data.get("mediaType"), str) else ""
         if not media_type:
             if content_type in INDEX_TYPES | MANIFEST_TYPES:
@@ -576,19 +575,30 @@ class RegistrySource(ImageSource):
             body = self._read_limited(response, MAX_CONFIG_BYTES, what)
         finally:
             response.close()
-        actual = _digest_of(digest.split(":", 1)[0], body)
-        if actual != digest:
-            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
-        try:
-            config = json.loads(body)
-        except ValueError:
-            raise SourceError(f"{what} is not valid JSON") from None
-        if not isinstance(config, dict):
-            raise SourceError(f"{what} is not a JSON object")
-        return config
+        verify_bytes(body, digest, what)
+        return parse_json_document(body, what)
 
     def _blob_url(self, digest: str) -> str:
         return f"{self.base_url}/v2/{self.ref.repository}/blobs/{digest}"
+
+    def platforms(self) -> tuple[Platform, ...]:
+        """The platforms of the index the reference names (one when it is an image)."""
+        body, content_type, digest = self._fetch_manifest(self.ref.manifest_reference)
+        what = f"{self.display} (manifest {digest})"
+        manifest, media_type = self._parse_manifest(body, content_type, what)
+        if media_type not in INDEX_TYPES:
+            return super().platforms()
+        found: list[Platform] = []
+        for desc in manifest.get("manifests") or []:
+            if not isinstance(desc, dict):
+                continue
+            annotations = desc.get("annotations") or {}
+            if isinstance(annotations, dict) and annotations.get("vnd.docker.reference.type"):
+                continue
+            plat = descriptor_platform(desc)
+            if plat is not None and plat.os != "unknown" and plat not in found:
+                found.append(plat)
+        return tuple(found)
 
     def resolve(self) -> ResolvedImage:
         """Fetch the manifest (choosing a platform from an index) and the image config."""
@@ -677,3 +687,121 @@ class RegistrySource(ImageSource):
         response = self._request(self._blob_url(layer.digest), {}, stream=True)
         self._check_status(response, what)
         return io.BufferedReader(_ResponseStream(response, what), buffer_size=BLOB_BUFFER)
+
+    # --- raw reads and pushes (attestations; see pinguard.sources.referrers) -------------
+
+    def manifest_bytes(self, reference: str, accept: str = ACCEPT) -> tuple[bytes, str, str]:
+        """(bytes, Content-Type, digest) of the manifest ``reference`` (a tag or a digest),
+        verified when by digest; ``ImageNotFound`` on a 404."""
+        if accept == ACCEPT:
+            return self._fetch_manifest(reference)
+        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
+        what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(url, {"Accept": accept}, stream=True)
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
+            content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        finally:
+            response.close()
+        digest = sha256_digest(body)
+        if reference.startswith("sha256:") and digest != reference:
+            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {digest}")
+        return body, content_type, digest
+
+    def blob_bytes(self, digest: str, limit: int) -> bytes:
+        """A whole small blob (at most ``limit`` bytes), verified against ``digest``."""
+        what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(self._blob_url(digest), {}, stream=True)
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, limit, what)
+        finally:
+            response.close()
+        verify_bytes(body, digest, what)
+        return body
+
+    def has_blob(self, digest: str) -> bool:
+        """HEAD the blob: True when the repository already holds it."""
+        what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
+        response = self._request(self._blob_url(digest), {}, stream=True, method="HEAD")
+        response.close()
+        if response.status_code == 404:
+            return False
+        self._check_status(response, what)
+        return True
+
+    def push_blob(self, data: bytes) -> str:
+        """Upload ``data`` as one blob (POST, then one monolithic PUT) unless the repository
+        already has it; return its digest."""
+        digest = sha256_digest(data)
+        if self.has_blob(digest):
+            return digest
+        where = f"{self.ref.api_host}/{self.ref.repository}"
+        start = f"{self.base_url}/v2/{self.ref.repository}/blobs/uploads/"
+        response = self._request(start, {"Content-Length": "0"}, stream=False, method="POST")
+        response.close()
+        self._check_push(response, f"starting a blob upload to {where}")
+        location = response.headers.get("Location")
+        if not location:
+            raise SourceError(f"registry {self.ref.api_host} started an upload with no Location")
+        url = urljoin(start, location)
+        if _origin(url) != _origin(self.base_url):
+            raise SourceError(
+                f"registry {self.ref.api_host} sent the upload to another host "
+                f"{_origin(url)[1]!r}; refusing to send credentials there"
+            )
+        url += ("&" if urlsplit(url).query else "?") + urlencode({"digest": digest})
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        response = self._request(url, headers, stream=False, method="PUT", body=data)
+        response.close()
+        self._check_push(response, f"uploading blob {digest} to {where}")
+        return digest
+
+    def push_manifest(self, reference: str, body: bytes, media_type: str) -> Mapping[str, str]:
+        """PUT a manifest under ``reference`` (a tag or its digest); return the response
+        headers (``Docker-Content-Digest``, and ``OCI-Subject`` from registries with the
+        referrers API)."""
+        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
+        what = f"pushing manifest {reference} to {self.ref.api_host}/{self.ref.repository}"
+        headers = {"Content-Type": media_type, "Content-Length": str(len(body))}
+        response = self._request(url, headers, stream=False, method="PUT", body=body)
+        response.close()
+        self._check_push(response, what)
+        return response.headers  # case-insensitive
+
+    def referrers_page(self, url: str, accept: str) -> tuple[bytes, Mapping[str, str]] | None:
+        """GET one page of the referrers API (``url`` absolute or ``/v2/...``); None on 404,
+        which is how a registry without the API answers."""
+        url = urljoin(self.base_url, url)
+        if _origin(url) != _origin(self.base_url):
+            raise SourceError(f"registry {self.ref.api_host} paged referrers to another host")
+        what = f"referrers {urlsplit(url).path} of {self.ref.api_host}"
+        response = self._request(url, {"Accept": accept}, stream=True)
+        if response.status_code == 404:
+            response.close()
+            return None
+        self._check_status(response, what)
+        try:
+            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
+        finally:
+            response.close()
+        return body, response.headers  # case-insensitive
+
+    def _check_push(self, response: requests.Response, what: str) -> None:
+        """Any 2xx is success; else the registry's first error code and message, quoted."""
+        status = response.status_code
+        if 200 <= status < 300:
+            return
+        if status == 401:
+            raise self._denied(401)
+        if status == 403:
+            raise self._denied(403)
+        detail = ""
+        try:
+            errors = response.json().get("errors") if response.content else None
+            if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+                detail = f": {errors[0].get('code')} {errors[0].get('message')!r}"
+        except (ValueError, AttributeError, requests.RequestException):
+            pass
+        raise SourceError(f"{what}: registry answered HTTP {status}{detail}")

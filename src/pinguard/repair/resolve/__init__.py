@@ -23,7 +23,7 @@ from pinguard.errors import ResolveError
 from pinguard.repair.resolve import pip_tools
 from pinguard.repair.resolve import uv as uv_adapter
 from pinguard.repair.resolve.command import (
-    InstallCommand,
+    InstallReplay,
     parse_command_line,
     parse_install_commands,
 )
@@ -43,7 +43,7 @@ __all__ = [
     "CompileResult",
     "Explanation",
     "IndexOptions",
-    "InstallCommand",
+    "InstallReplay",
     "Link",
     "OverrideOption",
     "SimpleIndex",

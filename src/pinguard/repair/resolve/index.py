@@ -19,9 +19,8 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import parse_tag
@@ -37,12 +36,18 @@ from packaging.version import Version
 
 from pinguard.errors import ResolveError
 from pinguard.models import Platform
-from pinguard.target import marker_environment, platform_machine
+from pinguard.target import major_minor, marker_environment, platform_machine
+
+if TYPE_CHECKING:
+    import requests
 
 JSON_ACCEPT = (
     "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
     "text/html;q=0.01"
 )
+
+if TYPE_CHECKING:
+    import requests
 
 
 class IndexFetchError(ResolveError):
@@ -58,10 +63,7 @@ class TargetEnvironment:
 
     @property
     def major_minor(self) -> str | None:
-        if not self.python_version:
-            return None
-        parts = self.python_version.split(".")
-        return ".".join(parts[:2])
+        return major_minor(self.python_version) if self.python_version else None
 
     @property
     def python_platform(self) -> str | None:
@@ -202,6 +204,8 @@ class SimpleIndex:
     ) -> None:
         self.index_urls = tuple(u if u.endswith("/") else u + "/" for u in index_urls)
         self.find_links = tuple(find_links)
+        import requests  # lazy: the in-image guard (a zipapp without requests) never fetches
+
         self.session = session or requests.Session()
         self.timeout = timeout
         self._files: dict[NormalizedName, tuple[IndexFile, ...]] = {}
@@ -211,6 +215,8 @@ class SimpleIndex:
     # -- listing -----------------------------------------------------------------------
 
     def _get(self, url: str, accept: str | None = None) -> requests.Response:
+        import requests
+
         headers = {"Accept": accept} if accept else {}
         self.fetched.append(url)
         try:

@@ -1,0 +1,93 @@
+"""The contract every analyzer implements, and the values it exchanges with the catalog.
+
+An analyzer has two halves. The per-layer half runs inside the layer walk and is cached with
+the layer: ``wants(path)`` returns the ``pinguard.layers.tar`` flags for a regular file
+(CAPTURE its bytes, HASH its content, STREAM its content chunk by chunk to the consumer
+``open_stream(path, size)`` returns; several flags may be combined, SKIP is 0), and the
+consumer's ``close()`` value is kept in the layer analysis. The per-state half,
+``session()``, is kept up to date as layers are applied (``update`` with the merged files and
+the paths a layer touched) and adds what it found to the snapshot (``contribute``).
+
+An analyzer is a frozen dataclass whose fields are its options: its ``name``, ``version``,
+``repr`` (so its options) and the source of the module that defines it are all part of the
+layer cache key, so nothing an analyzer does can be served from a stale cache entry.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pinguard.errors import LayerError
+from pinguard.layers.tar import MemberStream
+from pinguard.models import DebPackage, Environment, Incomplete
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzerOptions:
+    """What a run asks of the analyzers (built once from the audit options)."""
+
+    verify_records: bool = False
+
+
+class StateView(abc.ABC):
+    """The merged view of the layers applied so far, as analyzers read it."""
+
+    @property
+    @abc.abstractmethod
+    def files(self) -> Mapping[str, bytes]:
+        """Captured files by absolute path."""
+
+    @property
+    @abc.abstractmethod
+    def streamed(self) -> Mapping[str, Mapping[str, object]]:
+        """Per streamed path: {analyzer name: what its member consumer returned}."""
+
+
+@dataclass(slots=True)
+class SnapshotParts:
+    """What the sessions of one state add up to; the catalog turns it into a ``Snapshot``."""
+
+    environments: list[Environment] = field(default_factory=list)
+    debs: list[DebPackage] = field(default_factory=list)
+    incomplete: list[Incomplete] = field(default_factory=list)
+
+
+class AnalyzerSession(abc.ABC):
+    """One analyzer's incremental view of one audit's states."""
+
+    @abc.abstractmethod
+    def update(self, state: StateView, touched: Sequence[str]) -> None:
+        """Re-read what changed: ``touched`` are the paths a layer added or removed."""
+
+    @abc.abstractmethod
+    def contribute(self, state: StateView, parts: SnapshotParts) -> None:
+        """Add this analyzer's findings for the current state to ``parts``."""
+
+
+class Analyzer(abc.ABC):
+    """One kind of thing pinguard catalogs (Python distributions, Debian packages, ...)."""
+
+    name: ClassVar[str]  # unique; keys its streamed results
+    version: ClassVar[str]  # bump when its output changes meaning (the source is keyed too)
+
+    @classmethod
+    @abc.abstractmethod
+    def create(cls, options: AnalyzerOptions) -> Analyzer:
+        """The analyzer configured for one run."""
+
+    @abc.abstractmethod
+    def wants(self, path: str) -> int:
+        """SKIP, or CAPTURE / HASH / STREAM flags for the regular file at ``path``.
+
+        Called once per layer member: keep it cheap (a set lookup before any parsing)."""
+
+    def open_stream(self, path: str, size: int) -> MemberStream:
+        """The consumer for a member ``wants`` flagged STREAM (``size`` bytes will follow)."""
+        raise LayerError(f"analyzer {self.name!r} asked to stream {path!r} but consumes no streams")
+
+    @abc.abstractmethod
+    def session(self) -> AnalyzerSession:
+        """A fresh per-audit state for replaying layers."""

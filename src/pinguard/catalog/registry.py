@@ -1,0 +1,112 @@
+"""The analyzer registry: which analyzers run, what the layer walk keeps for them, the key.
+
+``ANALYZERS`` lists the analyzer classes pinguard runs, in the order their results appear;
+adding an analyzer is one entry here plus its module in ``pinguard/catalog/``. ``Analyzers``
+is the set configured for one run: it gives the layer walk one selector (every analyzer's
+flags, OR-ed) and one stream opener (fanning a member out to each analyzer that asked to
+stream it, keeping {analyzer name: result}), the layer cache key (see
+``pinguard.layers.cache.cache_key``: every analyzer's name, version, options and the source
+of the module defining it), and a fresh ``Catalog`` for replaying layers.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pinguard.catalog.dpkg import DpkgAnalyzer
+from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
+from pinguard.catalog.python import PythonAnalyzer
+from pinguard.layers.cache import cache_key, source_digest
+from pinguard.layers.tar import SKIP, STREAM, MemberStream, Selector
+from pinguard.models import Snapshot
+
+#: Every analyzer pinguard runs, in the order their results appear.
+ANALYZERS: tuple[type[Analyzer], ...] = (PythonAnalyzer, DpkgAnalyzer)
+
+
+class _FanOut:
+    """One member's content handed to each analyzer that asked to stream it."""
+
+    __slots__ = ("_streams",)
+
+    def __init__(self, streams: dict[str, MemberStream]) -> None:
+        self._streams = streams
+
+    def update(self, chunk: memoryview, /) -> None:
+        for stream in self._streams.values():
+            stream.update(chunk)
+
+    def close(self) -> object:
+        return {name: stream.close() for name, stream in self._streams.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Analyzers:
+    """The analyzers configured for one run."""
+
+    members: tuple[Analyzer, ...]
+
+    @classmethod
+    def for_options(
+        cls, options: AnalyzerOptions, classes: Sequence[type[Analyzer]] = ANALYZERS
+    ) -> Analyzers:
+        members = tuple(c.create(options) for c in classes)
+        names = [a.name for a in members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"analyzer names must be unique: {names!r}")
+        return cls(members)
+
+    def selector(self) -> Selector:
+        """Flags for one path: what any analyzer asked for (called once per tar member)."""
+        if len(self.members) == 1:
+            return self.members[0].wants
+        fns = tuple(a.wants for a in self.members)
+
+        def select(path: str) -> int:
+            want = SKIP
+            for fn in fns:
+                want |= fn(path)
+            return want
+
+        return select
+
+    def open_stream(self, path: str, size: int) -> MemberStream:
+        """The consumer for a STREAM member: each analyzer that asked, by name."""
+        return _FanOut(
+            {a.name: a.open_stream(path, size) for a in self.members if a.wants(path) & STREAM}
+        )
+
+    def key(self) -> str:
+        """The layer cache key for what these analyzers keep from a layer."""
+        parts = []
+        for a in self.members:
+            module = sys.modules[type(a).__module__]
+            parts.append(f"{a.name}={a.version};{a!r};{source_digest(module)}")
+        return cache_key(parts)
+
+    def catalog(self) -> Catalog:
+        return Catalog(self)
+
+
+class Catalog:
+    """What the analyzers found in a state, kept up to date as layers are applied."""
+
+    def __init__(self, analyzers: Analyzers) -> None:
+        self._sessions = tuple(a.session() for a in analyzers.members)
+
+    def update(self, state: StateView, touched: Sequence[str]) -> None:
+        """Re-read what changed: ``touched`` are the paths a layer added or removed."""
+        for session in self._sessions:
+            session.update(state, touched)
+
+    def snapshot(self, state: StateView) -> Snapshot:
+        parts = SnapshotParts()
+        for session in self._sessions:
+            session.contribute(state, parts)
+        return Snapshot(
+            environments=tuple(sorted(parts.environments, key=lambda e: e.path)),
+            debs=tuple(parts.debs),
+            incomplete=tuple(parts.incomplete),
+        )

@@ -1,0 +1,131 @@
+"""`pinguard attest REF --policy FILE --key KEY [--push] [-o FILE]`: audit, sign, attach.
+
+Audits REF with the audit's options, judges it, and signs the in-toto statement of the
+result as a DSSE envelope. ``-o`` writes the envelope (atomically); ``--push`` attaches it to
+the image's manifest in its registry as an OCI 1.1 referrer; with neither it goes to stdout.
+An image that could not be read fully is never attested (exit 3) unless
+``--allow-incomplete``, and then the predicate says so. Exit 0 when the attested verdict is
+``pass``, 1 when it is ``fail`` (the attestation is written either way: it records the truth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import sys
+
+from pinguard.cli.common import (
+    FAIL_ON,
+    add_image_options,
+    add_policy_options,
+    judge,
+    run_audit,
+    source_options,
+)
+from pinguard.errors import EXIT_IMAGE, UsageError
+from pinguard.fileio import atomic_write
+from pinguard.policy.load import load_run_policy
+
+DOCKER = "docker://"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "attest",
+        help="audit an image and sign the result as an in-toto attestation",
+        description="Audit REF, judge it against --policy, and sign the result as an in-toto "
+        "Statement v1 in a DSSE envelope (ECDSA P-256). --push attaches it to the image in its "
+        "registry (OCI referrers API, or the sha256-<hex> tag schema); -o writes it to a file.",
+    )
+    p.add_argument("reference", metavar="REF")
+    p.add_argument(
+        "--key",
+        required=True,
+        metavar="KEY.pem",
+        help="PKCS#8 PEM ECDSA P-256 private key (encrypted: passphrase in $PINGUARD_KEY_PASSWORD)",
+    )
+    p.add_argument(
+        "--push", action="store_true", help="attach the attestation to the image (docker://)"
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write the DSSE envelope here")
+    add_image_options(p)
+    add_policy_options(p)
+    p.set_defaults(func=run)
+
+
+def attestation_time() -> _dt.datetime:
+    """Now, or ``$SOURCE_DATE_EPOCH`` when set (reproducible builds)."""
+    raw = os.environ.get("SOURCE_DATE_EPOCH")
+    if raw:
+        try:
+            return _dt.datetime.fromtimestamp(int(raw), tz=_dt.timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            raise UsageError(f"SOURCE_DATE_EPOCH is not a Unix time: {raw!r}") from None
+    return _dt.datetime.now(tz=_dt.timezone.utc)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinguard.attest import dsse
+    from pinguard.attest.keys import load_private_key
+    from pinguard.attest.statement import (
+        PREDICATE_TYPE,
+        build_statement,
+        format_time,
+        policy_digests,
+        statement_bytes,
+    )
+
+    if not args.policy:
+        raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
+    if args.push and not args.reference.startswith(DOCKER):
+        raise UsageError(
+            f"--push needs a registry reference (docker://HOST/REPO:TAG), got {args.reference!r}"
+        )
+    now = attestation_time()
+    key = load_private_key(args.key)
+    policy = load_run_policy(args.policy)
+    result = judge(run_audit(args, args.reference), args, policy)
+    if result.incomplete and not args.allow_incomplete:
+        from pinguard.cli import err
+
+        first = result.incomplete[0]
+        err(
+            f"not attesting {args.reference}: {len(result.incomplete)} thing(s) could not be "
+            f"read (first: {first.what}: {first.why}); --allow-incomplete attests anyway and "
+            "the predicate says so"
+        )
+        return EXIT_IMAGE
+    statement = build_statement(
+        result,
+        policies=policy_digests(policy.files),
+        fail_on=FAIL_ON[args.fail_on],
+        allow_incomplete=args.allow_incomplete,
+        now=now,
+    )
+    envelope = dsse.sign(statement_bytes(statement), key).to_json()
+    if args.output:
+        atomic_write(args.output, envelope)
+    if args.push:
+        from pinguard.attest.store import push_attestation
+        from pinguard.sources.registry import RegistrySource
+
+        digest = str(result.image.manifest_digest)
+        source = RegistrySource(args.reference[len(DOCKER) :], source_options(args))
+        try:
+            attached = push_attestation(
+                source,
+                digest,
+                envelope.encode(),
+                predicate_type=PREDICATE_TYPE,
+                created=format_time(now),
+            )
+        finally:
+            source.close()
+        how = f"tag {attached.tag}" if attached.tag else "the referrers API"
+        print(f"attached {attached.digest} to {digest} (via {how})", file=sys.stderr)
+    if not args.output and not args.push:
+        sys.stdout.write(envelope)
+    verdict = statement["predicate"]["verdict"]
+    print(f"attested verdict: {verdict}", file=sys.stderr)
+    return 0 if verdict == "pass" else 1

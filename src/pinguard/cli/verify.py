@@ -1,0 +1,126 @@
+"""`pinguard verify REF --key KEY.pub`: is this digest attested, signed, passing, current?
+
+Resolves REF in its registry to a manifest digest (``--platform`` picks from an index, as
+the audit does), finds the attestations attached to that digest (referrers API, then the
+referrers tag schema) or reads ``--attestation FILE`` envelopes, and checks each one
+(``pinguard.attest.verify``). Exit 0 when one attestation satisfies every check, 1 when none
+does (each one's reasons are shown; also when there is none), 3 when the image or its
+referrers cannot be read, or when none passed and one of them could not be read. It never
+audits the image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import sys
+from pathlib import Path
+
+from pinguard.cli.common import source_options
+from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, UsageError
+from pinguard.fileio import atomic_write
+
+_DURATION = re.compile(r"([0-9]+)([smhdw])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> _dt.timedelta:
+    """``30d``, ``12h``, ``90m``, ``3600s``, ``2w``."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}; e.g. 30d, 12h, 90m")
+    return _dt.timedelta(seconds=int(match.group(1)) * _UNIT[match.group(2)])
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check that an image digest carries a valid, passing pinguard attestation",
+        description="Resolve REF (docker://HOST/REPO:TAG or @DIGEST) to its digest and check "
+        "the attestations attached to it: DSSE signature with --key, subject digest, predicate "
+        "type, verdict, and optionally the policy files and the age. Exit 0 verified, 1 not "
+        "verified, 3 unreadable.",
+    )
+    p.add_argument("reference", metavar="REF")
+    p.add_argument("--key", required=True, metavar="KEY.pub", help="PEM ECDSA P-256 public key")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="require the attested policy files to be these (repeatable)",
+    )
+    p.add_argument("--max-age", type=parse_duration, metavar="AGE", help="e.g. 30d, 12h")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
+    p.add_argument(
+        "--attestation",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="check these envelope files instead of the registry's attestations",
+    )
+    p.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="accept attestations of audits that could not read everything",
+    )
+    p.add_argument("--platform", help="os/arch[/variant] to pick from a multi-platform image")
+    p.add_argument("--insecure-registry", action="append", default=[], metavar="HOST")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinguard.attest.keys import load_public_key
+    from pinguard.attest.statement import policy_digests
+    from pinguard.attest.store import find_attestations
+    from pinguard.attest.verify import Demands, VerifyResult, check_envelope, verify
+    from pinguard.report import verify as report
+    from pinguard.sources.registry import RegistrySource
+
+    key = load_public_key(args.key)
+    wanted: tuple[str, ...] | None = None
+    if args.policy:
+        from pinguard.policy.load import load_policy
+
+        policy = load_policy(*args.policy)
+        wanted = tuple(sorted({d.sha256 for d in policy_digests(policy.files)}))
+    envelopes: list[tuple[str, bytes]] = []
+    for name in args.attestation:
+        try:
+            envelopes.append((name, Path(name).read_bytes()))
+        except OSError as exc:
+            raise UsageError(f"cannot read --attestation {name!r}: {exc.strerror}") from exc
+    reference = args.reference.removeprefix("docker://")
+    now = _dt.datetime.now(tz=_dt.timezone.utc)
+    source = RegistrySource(reference, source_options(args))
+    try:
+        digest = source.resolve().manifest_digest
+        if not digest:
+            raise UsageError(f"{args.reference!r} resolved to no manifest digest")
+        demands = Demands(
+            image_digest=digest,
+            policy_digests=wanted,
+            max_age=args.max_age,
+            allow_incomplete=args.allow_incomplete,
+        )
+        display = f"docker://{reference}"
+        if envelopes:
+            checks = tuple(
+                check_envelope(data, key, demands, now, source=name, via="file")
+                for name, data in envelopes
+            )
+            result = VerifyResult(reference=display, image_digest=digest, checks=checks)
+        else:
+            result = verify(display, find_attestations(source, digest), key, demands, now)
+    finally:
+        source.close()
+    text = report.render_json(result) if args.format == "json" else report.render_table(result)
+    if args.output:
+        atomic_write(args.output, text)
+    else:
+        sys.stdout.write(text)
+    if result.verified:
+        return EXIT_PASS
+    return EXIT_IMAGE if result.unreadable else EXIT_FINDINGS

@@ -1,0 +1,192 @@
+"""The layer cache key covers every piece of code that produces a cached analysis.
+
+A copy of the package is edited the way a real change would edit it (the tar walk, the
+whiteout recording, an analyzer's parsing or its version) and imported in a fresh
+interpreter: its key must differ from this checkout's, and an audit through it must not
+reuse the entries this checkout wrote. An unedited copy gives the same key (the key is the
+code, not where it is installed). ``--no-cache`` neither reads nor writes a cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import pinguard
+from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.cli import main
+from pinguard.layers.analysis import LayerAnalysis
+from pinguard.layers.cache import LayerCache
+from pinguard.testing.demo import build_demo
+
+PACKAGE = Path(pinguard.__file__).parent
+
+_PROBE = """
+import sys
+import pinguard
+from pathlib import Path
+from pinguard.audit.pipeline import AuditOptions, audit_image
+assert Path(pinguard.__file__).is_relative_to(sys.argv[1]), pinguard.__file__
+if len(sys.argv) > 2:
+    audit_image(sys.argv[2], options=AuditOptions(cache_dir=Path(sys.argv[3])))
+print(AuditOptions().analyzers().key())
+"""
+
+
+def _copy(tmp_path: Path, edit: Callable[[Path], None] | None) -> Path:
+    root = tmp_path / "copy"
+    shutil.copytree(PACKAGE, root / "pinguard", ignore=shutil.ignore_patterns("__pycache__"))
+    if edit is not None:
+        edit(root / "pinguard")
+    return root
+
+
+def _key_in(root: Path, *audit: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(root), *audit],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return out.stdout.strip()
+
+
+def _append(rel: str, text: str) -> Callable[[Path], None]:
+    def edit(pkg: Path) -> None:
+        path = pkg / rel
+        path.write_text(path.read_text() + text)
+
+    return edit
+
+
+def _replace(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    def edit(pkg: Path) -> None:
+        path = pkg / rel
+        source = path.read_text()
+        assert old in source, (rel, old)
+        path.write_text(source.replace(old, new, 1))
+
+    return edit
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> str:
+    path = tmp_path / "demo.tar"
+    build_demo(path, tag="t")
+    return f"oci-archive:{path}:t"
+
+
+def test_unedited_copy_has_the_same_key(tmp_path: Path) -> None:
+    """The key depends on the code, not on where the package is installed."""
+    assert _key_in(_copy(tmp_path, None)) == AuditOptions().analyzers().key()
+
+
+EDITS = {
+    "tar walk": _append("layers/tar.py", "\n# the walk was rewritten\n"),
+    "whiteout recording": _replace(
+        "layers/analysis.py", 'OPAQUE = ".wh..wh..opq"', 'OPAQUE = ".wh..opq"'
+    ),
+    "inflater": _append("layers/blob.py", "\nOUT_CHUNK = 1 << 20\n"),
+    "python analyzer code, same VERSION": _append("catalog/python.py", "\n# parsing changed\n"),
+    "python analyzer VERSION": _replace("catalog/python.py", 'VERSION = "1"', 'VERSION = "2"'),
+    "dpkg analyzer": _append("catalog/dpkg.py", "\n# status parsing changed\n"),
+    "analyzer registry": _append("catalog/registry.py", "\n# selection changed\n"),
+    "a new module in catalog": lambda pkg: (pkg / "catalog" / "native.py").write_text("X = 1\n"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(EDITS))
+def test_any_producing_code_change_changes_the_key(tmp_path: Path, what: str) -> None:
+    """Editing any module that produces a cached analysis gives a different key."""
+    assert _key_in(_copy(tmp_path, EDITS[what])) != AuditOptions().analyzers().key()
+
+
+def test_options_change_the_key() -> None:
+    """--verify-records keeps file hashes, so its entries are keyed apart."""
+    assert AuditOptions(verify_records=True).analyzers().key() != AuditOptions().analyzers().key()
+
+
+def test_entry_of_another_walker_is_not_reused(demo: str, tmp_path: Path) -> None:
+    """Entries written by an older tar walk are ignored; this walk reads the layers again."""
+    cache = tmp_path / "cache"
+    old = _copy(tmp_path, EDITS["tar walk"])
+    _key_in(old, demo, str(cache))
+    written_by_old = set(os.listdir(cache))
+    assert len(written_by_old) == 4  # one entry per layer of the demo image
+
+    audit_image(demo, options=AuditOptions(cache_dir=cache))
+    after = set(os.listdir(cache))
+    assert len(after - written_by_old) == 4  # every layer analysed and cached again
+
+    audit_image(demo, options=AuditOptions(cache_dir=cache))  # control: now they are reused
+    assert set(os.listdir(cache)) == after
+
+
+def _poison(cache: Path) -> None:
+    """Drop every captured dist-info file from the cached analyses: an audit that reads
+    these entries sees no distributions at all."""
+    for entry in cache.iterdir():
+        data = json.loads(entry.read_text())
+        analysis = LayerAnalysis.from_json(data)
+        analysis.files = {p: b for p, b in analysis.files.items() if ".dist-info/" not in p}
+        entry.write_text(json.dumps(analysis.to_json()))
+
+
+def _packages(path: Path) -> int:
+    doc = json.loads(path.read_text())
+    return sum(len(e["packages"]) for e in doc["environments"])
+
+
+def test_no_cache_neither_reads_nor_writes(
+    demo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --no-cache a poisoned cache is not read, nothing is written, and the default
+    cache directory is not even created."""
+    cache = tmp_path / "cache"
+    audit_image(demo, options=AuditOptions(cache_dir=cache))
+    _poison(cache)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in cache.iterdir()}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    common = ["audit", demo, "--fail-on", "never", "--format", "json"]
+
+    poisoned, clean, default = tmp_path / "p.json", tmp_path / "c.json", tmp_path / "d.json"
+    assert main([*common, "--cache-dir", str(cache), "-o", str(poisoned)]) == 0
+    assert _packages(poisoned) == 0  # control: the poisoned entries are what a cached run sees
+
+    assert main([*common, "--cache-dir", str(cache), "--no-cache", "-o", str(clean)]) == 0
+    assert _packages(clean) == 6  # pip, nccl, cutlass-dsl, torch, numpy, flashinfer
+    after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in cache.iterdir()}
+    assert after == before
+
+    assert main([*common, "--no-cache", "-o", str(default)]) == 0
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_cache_entry_round_trip_is_exact(tmp_path: Path) -> None:
+    """An entry reads back equal, binary files and streamed results included."""
+    analysis = LayerAnalysis(
+        digest="sha256:" + "ab" * 32,
+        files={"/a/METADATA": b"Name: a\n", "/b/bin": b"\xff\xfe\x00"},
+        hashes={"/a/x.py": "sha256=abc"},
+        whiteouts=["/opt"],
+        opaque=["/usr/lib"],
+        members=12,
+        size=10240,
+        unreadable=[("/c", "cannot read: Permission denied")],
+        streamed={"/lib/libx.so.1": {"native": {"soname": "libx.so.1", "needed": ["libc.so.6"]}}},
+    )
+    cache = LayerCache(tmp_path / "c", "k1")
+    cache.put(analysis)
+    assert cache.get(analysis.digest) == analysis
+    assert LayerCache(tmp_path / "c", "k2").get(analysis.digest) is None  # other key: a miss
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [f"sha256-{'ab' * 32}.k1.json"]
