@@ -17,6 +17,7 @@ def sample() -> LayerAnalysis:
         members=12,
         size=10240,
         unreadable=[("/p/q", "cannot read: Permission denied"), ("/a/b", "cannot read: gone")],
+        streamed={"/z/lib.so": {"soname": "lib.so"}, "/a/x.so": {"soname": "x.so"}},
     )
 
 
@@ -31,6 +32,7 @@ def test_json_shape_is_sorted_and_encodes_text_and_bytes() -> None:
         "members": 12,
         "size": 10240,
         "unreadable": [["/a/b", "cannot read: gone"], ["/p/q", "cannot read: Permission denied"]],
+        "streamed": {"/a/x.so": {"soname": "x.so"}, "/z/lib.so": {"soname": "lib.so"}},
     }
     assert list(sample().to_json()["files"]) == ["/a/bin.so", "/b/METADATA"]  # type: ignore[call-overload]
 
@@ -45,6 +47,7 @@ def test_round_trip_through_json_text() -> None:
     assert back.whiteouts == ["/etc/old", "/opt/venv"]
     assert back.opaque == ["/srv", "/usr/lib/x"]
     assert (back.members, back.size) == (12, 10240)
+    assert back.streamed == original.streamed
     assert back.unreadable == [
         ("/a/b", "cannot read: gone"),
         ("/p/q", "cannot read: Permission denied"),
