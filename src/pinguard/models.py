@@ -141,6 +141,11 @@ class Snapshot:
     environments: tuple[Environment, ...] = ()
     debs: tuple[DebPackage, ...] = ()
     incomplete: tuple[Incomplete, ...] = ()
+    os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
+
+    def os_field(self, key: str) -> str | None:
+        """One os-release value (``ID``, ``VERSION_ID``, ...), None when absent."""
+        return dict(self.os_release).get(key)
 
     def environment(self, path: str) -> Environment | None:
         for env in self.environments:

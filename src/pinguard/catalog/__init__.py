@@ -25,7 +25,7 @@ def analyzer_key(verify_records: bool) -> str:
 # Every base name an analyzer may keep: a set lookup rejects almost every member of a layer
 # before the analyzers' own path rules run (this is called once per tar member).
 _BASENAMES = frozenset(
-    {*python.DIST_INFO_FILES, *python.EGG_INFO_FILES, "pyvenv.cfg", "os.py", "status"}
+    {*python.DIST_INFO_FILES, *python.EGG_INFO_FILES, "pyvenv.cfg", "os.py", "status", "os-release"}
 )
 
 
@@ -98,4 +98,9 @@ class Catalog:
             )
             for env, dists in sorted(by_env.items())
         )
-        return Snapshot(environments=envs, debs=self._debs, incomplete=tuple(incomplete))
+        return Snapshot(
+            environments=envs,
+            debs=self._debs,
+            incomplete=tuple(incomplete),
+            os_release=dpkg.os_release(files),
+        )

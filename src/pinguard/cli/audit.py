@@ -19,7 +19,7 @@ from pinguard.cli.common import (
 from pinguard.fileio import atomic_write
 from pinguard.models import AuditResult
 
-FORMATS = ("table", "json", "sarif", "junit", "markdown")
+FORMATS = ("table", "json", "sarif", "junit", "markdown", "cyclonedx", "spdx")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +55,14 @@ def render(result: AuditResult, args: argparse.Namespace, fmt: str) -> str:
         from pinguard.report import junit
 
         return junit.render(result, fail_on=fail_on)
+    if fmt == "cyclonedx":
+        from pinguard.report import cyclonedx
+
+        return cyclonedx.render(result)
+    if fmt == "spdx":
+        from pinguard.report import spdx
+
+        return spdx.render(result)
     if fmt == "markdown":
         from pinguard.report import markdown
 

@@ -119,7 +119,7 @@ def uv_bin() -> str:
 
     found = shutil.which("uv")
     if found is None:
-        raise ResolveError("uv is not installed: pip install 'pinguard[resolve]'")
+        raise ResolveError("uv is not installed (it is a dependency of pinguard): pip install uv")
     return found
 
 
