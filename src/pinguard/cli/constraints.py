@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--pyproject", metavar="PATH", help="pyproject.toml to update with --format uv")
     p.add_argument("--override", action="store_true", help="write tool.uv override-dependencies")
     p.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="also pin pip, setuptools and wheel (left out by default, as pip-compile does)",
+    )
+    p.add_argument(
         "-o", "--output", metavar="FILE", help="constraints file to write (default: stdout)"
     )
     g = p.add_argument_group("verification")
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         environment=args.environment,
         policy_files=tuple(args.policy),
         fail_on=FAIL_ON[args.fail_on] or Severity.ERROR,
+        allow_unsafe=args.allow_unsafe,
     )
     report: TextIO = sys.stdout if (args.output or args.format == "uv") else sys.stderr
     if args.format == "uv":
@@ -190,6 +196,17 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
                         f" then unmet: {unmet} - waive it in the policy",
                         file=out,
                     )
+                    if v.override.blocker is not None:
+                        print(f"    blocked: {v.override.blocker.sentence()}", file=out)
+                    elif v.override.blocked_by is not None:
+                        print(
+                            f"    blocked: the constraints still pin {v.override.blocked_by}",
+                            file=out,
+                        )
+                    elif not v.override.satisfiable:
+                        print("    blocked: the resolver said:", file=out)
+                        for line in v.output.strip().splitlines()[-6:]:
+                            print(f"      {line}", file=out)
             elif not v.satisfiable:
                 print("  resolver said:", file=out)
                 for line in v.output.strip().splitlines():
