@@ -40,7 +40,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="site-packages to pin (default: the one the bad step changed)",
     )
-    p.add_argument("--format", choices=("pip", "uv"), default="pip")
+    p.add_argument(
+        "--format",
+        choices=("pip", "uv", "pylock"),
+        default="pip",
+        help="pip constraints text, [tool.uv] in a pyproject, or a PEP 751 pylock.toml",
+    )
     p.add_argument("--pyproject", metavar="PATH", help="pyproject.toml to update with --format uv")
     p.add_argument("--override", action="store_true", help="write tool.uv override-dependencies")
     p.add_argument(
@@ -103,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         allow_unsafe=args.allow_unsafe,
     )
     report: TextIO = sys.stdout if (args.output or args.format == "uv") else sys.stderr
+    if args.format == "pylock":
+        return run_pylock(args, result, cs, report)
     if args.format == "uv":
         if not args.pyproject:
             raise UsageError("--format uv needs --pyproject PATH (an existing pyproject.toml)")
@@ -121,6 +128,65 @@ def run(args: argparse.Namespace) -> int:
     if not args.verify:
         return 0
     return verify(args, result, cs, report)
+
+
+def run_pylock(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
+    """Write the known-good set as a PEP 751 pylock.toml; with --verify, install it with uv."""
+    import tempfile
+    from pathlib import Path
+
+    from pinguard.fileio import atomic_write
+    from pinguard.repair import pylock
+    from pinguard.repair.resolve import SimpleIndex, TargetEnvironment
+    from pinguard.repair.resolve.uv import install_lock
+
+    env = next((e for e in result.final.environments if e.path == cs.environment), None)
+    target = TargetEnvironment(env.python if env else None, result.image.platform)
+    index = index_options(args)
+    client = SimpleIndex(index.index_urls, index.find_links)
+    lock = pylock.build_lock(
+        cs, client=client, target=target, glibc=pylock.glibc_of(result.final.debs)
+    )
+    text = pylock.render_pylock(lock)
+    if args.output:
+        atomic_write(args.output, text)
+        print(f"wrote {len(lock.packages)} locked packages to {args.output}", file=out)
+    else:
+        sys.stdout.write(text)
+    if cs.bad_step is not None:
+        print(f"known-good state: just before step {cs.bad_step.index} ({cs.reason})", file=out)
+    if not args.verify:
+        return 0
+    with tempfile.TemporaryDirectory(prefix="pinguard-pylock-") as tmp:
+        path = Path(args.output) if args.output else Path(tmp, "pylock.toml")
+        if not args.output:
+            path.write_text(text, encoding="utf-8")
+        outcome = install_lock(path, target=target)
+    want = {p.name: p.version for p in lock.packages}
+    got = dict(outcome.installed)
+    wrong = sorted(
+        f"{n}: locked {v}, installed {got.get(n, 'nothing')}"
+        for n, v in want.items()
+        if got.get(n) != v
+    )
+    extra = sorted(f"{n}=={v}" for n, v in got.items() if n not in want)
+    if outcome.ok and not wrong and not extra:
+        print(
+            f"verify: uv installed all {len(want)} locked packages at their locked versions"
+            f" (CPython {target.major_minor}, {result.image.platform})",
+            file=out,
+        )
+        return 0
+    print("verify: FAILED installing the lock with uv", file=out)
+    for line in wrong:
+        print(f"  {line}", file=out)
+    if extra:
+        print(f"  installed but not locked: {', '.join(extra)}", file=out)
+    if not outcome.ok:
+        print("  uv said:", file=out)
+        for line in outcome.output.splitlines()[-12:]:
+            print(f"    {line}", file=out)
+    return 1
 
 
 def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:

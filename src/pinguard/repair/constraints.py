@@ -369,9 +369,13 @@ def write_pyproject(
 
 
 def read_constraint_lines(path: str | os.PathLike[str]) -> list[tuple[int, str]]:
-    """(line number, requirement text) of a pip constraints file or a pyproject's
-    ``[tool.uv]`` constraint/override dependencies (line 0: position unknown)."""
+    """(line number, requirement text) of a pip constraints file, a pyproject's ``[tool.uv]``
+    constraint/override dependencies, or a PEP 751 pylock.toml (line 0: position unknown)."""
+    from pinguard.repair import pylock
+
     p = Path(path)
+    if pylock.is_pylock(p):
+        return pylock.read_pylock(p)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
