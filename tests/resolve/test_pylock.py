@@ -138,3 +138,23 @@ def test_read_pylock_rejects_a_file_without_packages(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="has no \\[\\[packages\\]\\] array"):
         read_pylock(path)
+
+
+@pytest.mark.parametrize(
+    ("filename", "expected"),
+    [
+        ("nvidia_nccl_cu13-2.30.3-py3-none-manylinux_2_18_x86_64.whl", 2),  # py3, platform
+        ("torch-2.12.1-cp311-cp311-manylinux_2_28_x86_64.whl", 2),
+        ("torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl", 0),  # another Python
+        ("nvidia_cublas-13.1.1.3-py3-none-win_amd64.whl", 0),
+        ("markupsafe-3.0.4-cp311-cp311-musllinux_1_2_x86_64.whl", 0),  # musl, not glibc
+        ("numpy-2.4.6-pp311-pypy311_pp73-manylinux_2_28_x86_64.whl", 0),  # PyPy
+        ("filelock-3.16.1-py3-none-any.whl", 1),
+    ],
+)
+def test_index_prefers_wheels_that_fit_the_target(filename: str, expected: int) -> None:
+    """The index client's metadata choice scores platform wheels for the target above others
+    (pure-Python-interpreter platform wheels such as NVIDIA's included, musl and PyPy not)."""
+    from pinguard.repair.resolve.index import _wheel_fits
+
+    assert _wheel_fits(filename, X86) == expected

@@ -290,6 +290,12 @@ def run_check(args: argparse.Namespace, files: list[str]) -> int:
     pins, forbidden = _policy_facts(policy, None, tuple(args.target))
     problems: list[emit.CheckProblem] = []
     for path in files:
+        if path.lower().endswith(emit.NOT_CONSTRAINTS):
+            # `constraints check constraints/*` passes the folder's README too
+            print(
+                f"pinguard: skipped {path}: documentation, not a constraints file", file=sys.stderr
+            )
+            continue
         problems.extend(emit.check_constraints(path, pins=pins, forbidden=forbidden))
     for p in problems:
         print(f"{p.file}:{p.line}: {p.constraint}: {p.message}")

@@ -41,6 +41,8 @@ from pinguard.models import (
 )
 
 _ARGS_PREFIX = re.compile(r"^\|\d+ (?:\S+=\S* )*")
+# Files `constraints check` passes over (a constraints/ folder's README, say).
+NOT_CONSTRAINTS = (".md", ".rst")
 UV_KEYS = {False: "constraint-dependencies", True: "override-dependencies"}
 # The installer's own packages, left out unless asked (pip-compile's --allow-unsafe): an image's
 # seeded pip or setuptools is rarely on the index the steps use, and pinning it there makes

@@ -546,7 +546,14 @@ def _wheel_fits(filename: str, target: TargetEnvironment) -> int:
                 machine
                 and machine in t.platform
                 and "linux" in t.platform
-                and (not mm or t.interpreter.endswith(mm) or t.abi == "abi3")
+                and "musllinux" not in t.platform  # images are glibc unless shown otherwise
+                and t.interpreter.startswith(("cp", "py"))
+                and (
+                    not mm
+                    or t.interpreter.endswith(mm)
+                    or t.abi in {"abi3", "none"}
+                    or t.interpreter in {"py3", f"py{mm}"}
+                )
             ):
                 best = 2
     return best
