@@ -42,6 +42,7 @@ from tests.infra.build import build_image, ensure_base_image  # noqa: E402
 from tests.infra.index import serve_index  # noqa: E402
 from tests.infra.wheels import WheelSpec, build_wheels  # noqa: E402
 
+from pinguard.audit.pipeline import audit_image  # noqa: E402
 from pinguard.cli import main as pinguard  # noqa: E402
 from pinguard.models import Platform  # noqa: E402
 from pinguard.repair.resolve.index import (  # noqa: E402
@@ -76,11 +77,11 @@ REAL_WHEELS = (
     "flashinfer-python==0.7.4",
 )
 
-DOCKERFILE = f"""\
-FROM {{base}}
+DOCKERFILE = """\
+FROM {base}
 ARG INDEX_URL
-RUN pip install --index-url $INDEX_URL {" ".join(TOP)}
-RUN pip install --no-deps --index-url $INDEX_URL {GOOD_NCCL}
+COPY known-good.txt /tmp/known-good.txt
+RUN pip install --no-deps --index-url $INDEX_URL -r /tmp/known-good.txt
 RUN pip install --index-url $INDEX_URL torch==2.12.1
 """
 
@@ -216,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.download_real_wheels:
             download_real(args.cache)
         base = ensure_base_image()
+        context = work / "context"
+        context.mkdir()
+        (context / "known-good.txt").write_text("".join(f"{p}\n" for p in good))
         with serve_index(wheels) as index:
             built = build_image(
-                work / "context",
+                context,
                 DOCKERFILE.format(base=base),
                 TAG,
                 {"INDEX_URL": index.url},
@@ -235,12 +239,17 @@ def main(argv: list[str] | None = None) -> int:
             timeout=1800,
         )
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        ref = f"oci:{layout}:bad"
+        audit = audit_image(ref)
+        bad_step = [s.index for s in audit.steps if "torch==2.12.1" in s.created_by][-1]
         code = pinguard(
             [
                 "constraints",
-                f"oci:{layout}:bad",
+                ref,
                 "--policy",
                 str(POLICY.relative_to(ROOT)),
+                "--step",
+                str(bad_step),
                 "--no-cache",
                 "-o",
                 str(args.out),
