@@ -116,6 +116,25 @@ def test_good_image_passes(
     assert root.get("failures") == "0"
 
 
+def test_policy_require_guard_fails_the_good_image(
+    files: dict[str, Path], good_image_registry: str, tmp_path: Path, scenario: Scenario
+) -> None:
+    """``require_guard = true`` in the policy: every install step of the good Dockerfile (none
+    runs `pinguard guard`) is a missing-guard error at its RUN line, so the gate fails."""
+    files["policy"].write_text("require_guard = true\n" + POLICY)
+    code, sarif, _ = gate(files["good"], good_image_registry, files["policy"], tmp_path)
+    assert code == 1
+    lines = {
+        r["locations"][0]["physicalLocation"]["region"]["startLine"]  # type: ignore[index]
+        for r in results(sarif)
+        if r["ruleId"] == "missing-guard"
+    }
+    text = files["good"].read_text().splitlines()
+    runs = {n for n, line in enumerate(text, 1) if "pip install" in line or "uv pip" in line}
+    assert lines
+    assert lines == runs
+
+
 def test_fail_on_warning_fails_the_good_image(
     files: dict[str, Path], good_image_registry: str, tmp_path: Path
 ) -> None:

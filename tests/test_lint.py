@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pinguard.build.dockerfile import parse
-from pinguard.build.lint import find_installs, lint, render
+from pinguard.build.lint import find_installs, lint
 from pinguard.cli import main
 from pinguard.models import Severity
+from pinguard.report.lint import render
 
 C = "-c /c.txt"
 

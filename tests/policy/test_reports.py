@@ -15,6 +15,7 @@ from pinguard.models import AuditResult, ChangeKind, Incomplete, Severity
 from pinguard.policy import evaluate, parse_policy
 from pinguard.policy.model import RULES
 from pinguard.report import junit, markdown, sarif
+from pinguard.report.options import RenderOptions
 from tests.policy.factories import cause, change, dist, environment, result, step
 
 # The official OASIS schema, vendored verbatim (see tests/data/README.md).
@@ -94,12 +95,12 @@ def test_dockerfile_step_lines_align_history_with_the_last_stage() -> None:
 @pytest.mark.parametrize("with_dockerfile", [True, False], ids=["dockerfile", "policy-lines"])
 def test_sarif_is_valid_and_points_at_the_right_line(with_dockerfile: bool) -> None:
     """Valid SARIF 2.1.0; results point at the Dockerfile step line, else at the policy line."""
-    kwargs = (
-        {"dockerfile": "docker/Dockerfile", "dockerfile_text": DOCKERFILE}
+    options = (
+        RenderOptions(dockerfile="docker/Dockerfile", dockerfile_text=DOCKERFILE)
         if with_dockerfile
-        else {}
+        else RenderOptions()
     )
-    log = json.loads(sarif.render(audited(incomplete=True), **kwargs))
+    log = json.loads(sarif.render(audited(incomplete=True), options))
     jsonschema.Draft7Validator.check_schema(SCHEMA)
     jsonschema.Draft7Validator(SCHEMA).validate(log)
     run = log["runs"][0]
@@ -160,7 +161,7 @@ def test_schema_catches_mistakes() -> None:
 
 def test_junit_parses_back_with_one_case_per_rule_and_package() -> None:
     """Failures for unwaived findings, skipped for waived ones, errors for unread parts."""
-    text = junit.render(audited(incomplete=True), rules=["coupling"])
+    text = junit.render(audited(incomplete=True), RenderOptions(rules=("coupling",)))
     root = ET.fromstring(text)
     assert root.tag == "testsuites"
     (suite,) = root.findall("testsuite")
@@ -200,7 +201,7 @@ def test_junit_fail_on_threshold_and_control_characters() -> None:
             for f in audit.findings
         ),
     )
-    root = ET.fromstring(junit.render(weird, fail_on=Severity.ERROR))
+    root = ET.fromstring(junit.render(weird, RenderOptions(fail_on=Severity.ERROR)))
     assert root.get("failures") == "0"
     outs = [c.findtext("system-out") or "" for c in root.iter("testcase")]
     assert any("\ufffd[31m" in o for o in outs)
@@ -219,4 +220,4 @@ def test_markdown_comment() -> None:
     ok = markdown.render(result(environment()))
     assert ok.startswith("### :white_check_mark: pinguard: **pass**")
     many = replace(audited(), findings=audited().findings * 30)
-    assert "more (see the full report)" in markdown.render(many, max_rows=5)
+    assert "more (see the full report)" in markdown.render(many, RenderOptions(max_rows=5))

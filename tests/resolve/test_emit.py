@@ -12,6 +12,7 @@ from packaging.utils import canonicalize_name
 
 from pinguard.errors import UsageError
 from pinguard.models import AuditResult, Finding, Severity, Snapshot
+from pinguard.policy.effective import ForbiddenRange
 from pinguard.repair import constraints as emit
 from tests.resolve.conftest import ENV, bad_result, dist
 
@@ -126,7 +127,9 @@ def test_check(tmp_path: Path, line: str, problem: str | None) -> None:
     path = tmp_path / "constraints.txt"
     path.write_text(f"# header\n{line}\n")
     pins = {canonicalize_name("nvidia-nccl-cu13"): SpecifierSet(">=2.30,<2.31")}
-    forbidden = [(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("==2.29.7"), "hangs")]
+    forbidden = [
+        ForbiddenRange(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("==2.29.7"), "hangs")
+    ]
     found = emit.check_constraints(path, pins=pins, forbidden=forbidden)
     if problem is None:
         assert found == ()
@@ -143,7 +146,9 @@ def test_check_reads_pyproject(tmp_path: Path) -> None:
     found = emit.check_constraints(
         path,
         pins={},
-        forbidden=[(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("<2.30"), "r")],
+        forbidden=[
+            ForbiddenRange(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("<2.30"), "r")
+        ],
     )
     assert [(p.line, p.constraint) for p in found] == [(3, "nvidia-nccl-cu13==2.29.7")]
     assert ENV

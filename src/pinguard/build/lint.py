@@ -9,14 +9,13 @@ pip install``. `lint` applies the rules in `RULES` to those commands and returns
 values (a policy `Finding` plus the Dockerfile location: the physical line of the command and
 the first and last line of its instruction), sorted so two runs give identical output. Policy
 facts come in as plain parameters (the exactly pinned requirements, whether the guard is
-required) so this module does not depend on the policy engine. `render` produces the table,
-json and minimal SARIF 2.1.0 outputs.
+required) so this module does not depend on the policy engine. The reports (table, json,
+SARIF) are rendered by `pinguard.report.lint`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +31,6 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from pinguard import __version__
 from pinguard.build.dockerfile import Dockerfile, Instruction, expand_word
 from pinguard.build.pipcli import (
     ASSIGNMENT,
@@ -50,10 +48,7 @@ __all__ = [
     "LintFinding",
     "find_installs",
     "lint",
-    "render",
 ]
-
-LINT_SCHEMA_ID = "pinguard/lint/v1"
 
 RULES: Mapping[str, tuple[Severity, str]] = {
     "unconstrained-install": (
@@ -707,117 +702,3 @@ def lint(
                 )
             )
     return tuple(sorted(out, key=LintFinding.sort_key))
-
-
-# --- rendering -----------------------------------------------------------------------------
-
-
-def _as_json(item: LintFinding) -> dict[str, object]:
-    f = item.finding
-    return {
-        "rule": f.rule,
-        "severity": f.severity.value,
-        "message": f.message,
-        "package": f.package,
-        "path": item.path,
-        "line": item.line,
-        "end_line": item.end_line,
-        "instruction_line": item.instruction_line,
-        "instruction_end_line": item.instruction_end_line,
-        "stage": item.stage,
-        "command": item.command,
-        "policy_file": f.policy_file,
-    }
-
-
-def _sarif(findings: Sequence[LintFinding], errors: Sequence[tuple[str, str]]) -> dict[str, object]:
-    rule_ids = sorted(RULES)
-    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-    return {
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "pinguard-lint",
-                        "version": __version__,
-                        "informationUri": "https://github.com/pinguard/pinguard",
-                        "rules": [
-                            {
-                                "id": rid,
-                                "name": rid,
-                                "shortDescription": {"text": RULES[rid][1]},
-                                "defaultConfiguration": {"level": level[RULES[rid][0]]},
-                            }
-                            for rid in rule_ids
-                        ],
-                    }
-                },
-                "invocations": [
-                    {
-                        "executionSuccessful": not errors,
-                        "toolExecutionNotifications": [
-                            {
-                                "level": "error",
-                                "message": {"text": message},
-                                "locations": [
-                                    {"physicalLocation": {"artifactLocation": {"uri": path}}}
-                                ],
-                            }
-                            for path, message in errors
-                        ],
-                    }
-                ],
-                "results": [
-                    {
-                        "ruleId": item.rule,
-                        "ruleIndex": rule_ids.index(item.rule),
-                        "level": level[item.severity],
-                        "message": {"text": item.finding.message},
-                        "locations": [
-                            {
-                                "physicalLocation": {
-                                    "artifactLocation": {"uri": item.path},
-                                    "region": {
-                                        "startLine": item.line,
-                                        "endLine": item.end_line,
-                                    },
-                                }
-                            }
-                        ],
-                    }
-                    for item in findings
-                ],
-            }
-        ],
-    }
-
-
-def render(
-    findings: Sequence[LintFinding],
-    fmt: str = "table",
-    *,
-    errors: Sequence[tuple[str, str]] = (),
-) -> str:
-    """Render findings as ``table``, ``json`` or ``sarif``; ``errors`` are (path, message)."""
-    ordered = sorted(findings, key=LintFinding.sort_key)
-    if fmt == "json":
-        doc = {
-            "schema": LINT_SCHEMA_ID,
-            "findings": [_as_json(f) for f in ordered],
-            "errors": [{"path": p, "message": m} for p, m in sorted(errors)],
-        }
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    if fmt == "sarif":
-        return json.dumps(_sarif(ordered, sorted(errors)), indent=2, sort_keys=True) + "\n"
-    if fmt != "table":
-        raise ValueError(f"unknown format {fmt!r}: use table, json or sarif")
-    lines = [
-        f"{f.path}:{f.line}: {f.severity.value} [{f.rule}] {f.finding.message}" for f in ordered
-    ]
-    lines += [f"error: {m}" for _, m in sorted(errors)]
-    counts = {s: sum(1 for f in ordered if f.severity is s) for s in Severity}
-    summary = ", ".join(f"{counts[s]} {s.value}" for s in reversed(Severity) if counts[s])
-    lines.append(f"{len(ordered)} finding(s)" + (f": {summary}" if summary else ""))
-    return "\n".join(lines) + "\n"

@@ -28,12 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pinguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"pinguard.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"pinguard.cli.{name}":
-                continue  # not built yet
-            raise
+        # a subcommand that cannot be imported is a bug: let the ImportError show
+        module = importlib.import_module(f"pinguard.cli.{name}")
         module.register(sub)
     return parser
 

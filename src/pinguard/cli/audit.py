@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 
 from rich.console import Console
@@ -17,9 +16,9 @@ from pinguard.cli.common import (
     run_audit,
 )
 from pinguard.fileio import atomic_write
-from pinguard.models import AuditResult
-
-FORMATS = ("table", "json", "sarif", "junit", "markdown", "cyclonedx", "spdx")
+from pinguard.report import table
+from pinguard.report.formats import FORMATS
+from pinguard.report.options import RenderOptions
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "oci:DIR[:TAG], oci-archive:PATH[:TAG], dir:PATH, or a bare NAME:TAG.",
     )
     p.add_argument("reference", metavar="REF")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=list(FORMATS), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
         "--dockerfile", metavar="PATH", help="point SARIF results at this Dockerfile's lines"
@@ -41,51 +40,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def render(result: AuditResult, args: argparse.Namespace, fmt: str) -> str:
-    fail_on = FAIL_ON[args.fail_on]
-    if fmt == "json":
-        from pinguard.report import json as json_report
-
-        return json_report.render(result, fail_on=fail_on, allow_incomplete=args.allow_incomplete)
-    if fmt == "sarif":
-        from pinguard.report import sarif
-
-        return sarif.render(result, dockerfile=getattr(args, "dockerfile", None))
-    if fmt == "junit":
-        from pinguard.report import junit
-
-        return junit.render(result, fail_on=fail_on)
-    if fmt == "cyclonedx":
-        from pinguard.report import cyclonedx
-
-        return cyclonedx.render(result)
-    if fmt == "spdx":
-        from pinguard.report import spdx
-
-        return spdx.render(result)
-    if fmt == "markdown":
-        from pinguard.report import markdown
-
-        return markdown.render(result, fail_on=fail_on, allow_incomplete=args.allow_incomplete)
-    from pinguard.report import table
-
-    buf = io.StringIO()
-    console = Console(file=buf, width=160, force_terminal=False, soft_wrap=False)
-    table.render(result, console, fail_on=fail_on, allow_incomplete=args.allow_incomplete)
-    return buf.getvalue()
+def render_options(args: argparse.Namespace) -> RenderOptions:
+    """The ``RenderOptions`` the command line asks for."""
+    return RenderOptions(
+        fail_on=FAIL_ON[args.fail_on],
+        allow_incomplete=args.allow_incomplete,
+        dockerfile=args.dockerfile,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     result = judge(run_audit(args, args.reference), args)
+    options = render_options(args)
     if args.format == "table" and not args.output:
-        from pinguard.report import table
-
         console = Console() if sys.stdout.isatty() else Console(width=140)
-        table.render(
-            result, console, fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete
-        )
+        table.draw(result, console, options)
     else:
-        text = render(result, args, args.format)
+        text = FORMATS[args.format](result, options)
         if args.output:
             atomic_write(args.output, text)
         else:

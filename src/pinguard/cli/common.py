@@ -1,4 +1,5 @@
-"""Options and wiring shared by the commands that read an image (audit, constraints, plan, gate)."""
+"""Options and wiring shared by the subcommands: image, index, policy and build-arg options,
+running an audit with progress bars, loading and applying the policy, the exit code."""
 
 from __future__ import annotations
 
@@ -7,16 +8,27 @@ import datetime as _dt
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.errors import UsageError
 from pinguard.layers.cache import default_cache_dir
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
+
+if TYPE_CHECKING:
+    from pinguard.policy.model import Policy
+    from pinguard.repair.resolve import IndexOptions
 
 FAIL_ON = {
     "error": Severity.ERROR,
@@ -60,15 +72,15 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
 
 def add_index_options(g: argparse._ActionsContainer) -> None:
     """Where a resolver looks for distributions (the options pip and uv spell the same)."""
+    from pinguard.repair.resolve.uv import INDEX_STRATEGIES
+
     g.add_argument("--index-url", metavar="URL")
     g.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
     g.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
-    g.add_argument(
-        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
-    )
+    g.add_argument("--index-strategy", choices=INDEX_STRATEGIES)
 
 
-def index_options(args: argparse.Namespace) -> Any:
+def index_options(args: argparse.Namespace) -> IndexOptions:
     """The ``IndexOptions`` the index flags of ``add_index_options`` describe."""
     from pinguard.repair.resolve import IndexOptions
 
@@ -80,10 +92,23 @@ def index_options(args: argparse.Namespace) -> Any:
     )
 
 
-def add_policy_options(p: argparse.ArgumentParser) -> None:
+def add_policy_options(
+    p: argparse.ArgumentParser,
+    *,
+    fail_on: str = "error",
+    incomplete: bool = True,
+    guard: bool = False,
+) -> None:
+    """The policy options: ``--policy``, ``--target``, ``--fail-on`` (default ``fail_on``),
+    ``--allow-incomplete`` (when something can be incomplete) and ``--require-guard``
+    (with ``guard``: for the commands that lint Dockerfiles)."""
     g = p.add_argument_group("policy")
     g.add_argument(
-        "--policy", action="append", default=[], metavar="FILE", help="policy file (repeatable)"
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="policy file (repeatable; default: pinguard.toml or [tool.pinguard] if found)",
     )
     g.add_argument(
         "--target", action="append", default=[], metavar="T", help="build target, e.g. sm_121"
@@ -91,14 +116,43 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--fail-on",
         choices=sorted(FAIL_ON),
-        default="error",
-        help="lowest severity that fails (default: error)",
+        default=fail_on,
+        help=f"lowest severity that fails (default: {fail_on})",
     )
-    g.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="do not fail when something could not be read",
+    if incomplete:
+        g.add_argument(
+            "--allow-incomplete",
+            action="store_true",
+            help="do not fail when something could not be read",
+        )
+    if guard:
+        g.add_argument(
+            "--require-guard",
+            action="store_true",
+            help="report install steps not followed by `pinguard guard` (rule missing-guard; "
+            "also on when the policy sets require_guard = true)",
+        )
+
+
+def add_build_arg_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a build argument, as `docker build --build-arg` would pass it",
     )
+
+
+def build_args(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--build-arg NAME=VALUE`` values; one without ``=`` is a usage error."""
+    values: dict[str, str] = {}
+    for item in args.build_arg:
+        name, eq, value = item.partition("=")
+        if not name or not eq:
+            raise UsageError(f"invalid --build-arg {item!r}: expected NAME=VALUE")
+        values[name] = value
+    return values
 
 
 class _RichProgress:
@@ -113,7 +167,7 @@ class _RichProgress:
             console=console,
             transient=True,
         )
-        self._tasks: dict[str, Any] = {}
+        self._tasks: dict[str, TaskID] = {}
 
     def layers(self, todo: Sequence[LayerRef], cached: int) -> None:
         if todo:
@@ -154,7 +208,8 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
     return audit_image(reference, options=options)
 
 
-def load_policies(paths: Sequence[str]) -> Any:
+def load_policies(paths: Sequence[str]) -> Policy:
+    """The given policy files, else the discovered one, else the built-in default."""
     from pinguard.policy.load import discover, load_policy
     from pinguard.policy.model import default_policy
 
@@ -164,7 +219,9 @@ def load_policies(paths: Sequence[str]) -> Any:
     return load_policy(found) if found is not None else default_policy()
 
 
-def judge(result: AuditResult, args: argparse.Namespace, policy: Any = None) -> AuditResult:
+def judge(
+    result: AuditResult, args: argparse.Namespace, policy: Policy | None = None
+) -> AuditResult:
     """Apply the policy (given, or from files, discovered, or the built-in default)."""
     import dataclasses
 

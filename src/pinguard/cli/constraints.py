@@ -4,12 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-from typing import Any, TextIO
-
-from packaging.specifiers import SpecifierSet
-from packaging.utils import NormalizedName
+from typing import TYPE_CHECKING, TextIO
 
 from pinguard.cli.common import (
     FAIL_ON,
@@ -21,7 +17,11 @@ from pinguard.cli.common import (
     run_audit,
 )
 from pinguard.errors import UsageError
-from pinguard.models import Severity
+from pinguard.models import AuditResult, Severity
+from pinguard.policy.effective import effective_policy
+
+if TYPE_CHECKING:
+    from pinguard.repair.constraints import ConstraintSet
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,26 +67,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _policy_facts(
-    policy: Any, result: Any, targets: tuple[str, ...]
-) -> tuple[dict[NormalizedName, SpecifierSet], list[tuple[NormalizedName, SpecifierSet, str]]]:
-    """Plain pins and forbidden entries of a policy that apply to this run."""
-    platform = result.image.platform if result is not None else None
-    pins: dict[NormalizedName, SpecifierSet] = {}
-    for pin in policy.pins:
-        if not pin.scope.matches_run(platform, targets):
-            continue
-        pins[pin.package] = (
-            pins[pin.package] & pin.specifier if pin.package in pins else pin.specifier
-        )
-    forbidden = [
-        (f.package, f.specifier, f.reason)
-        for f in policy.forbidden
-        if f.scope.matches_run(platform, targets)
-    ]
-    return pins, forbidden
-
-
 def run(args: argparse.Namespace) -> int:
     if args.operands[0] == "check":
         return run_check(args, args.operands[1:])
@@ -96,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.repair import constraints as emit
 
     result = judge(run_audit(args, args.operands[0]), args)
-    policy = load_policies(args.policy)
-    pins, _ = _policy_facts(policy, result, tuple(args.target))
+    policy = effective_policy(
+        load_policies(args.policy), platform=result.image.platform, targets=args.target
+    )
     cs = emit.build_constraints(
         result,
-        pins=pins,
+        pins=policy.pins,
         step=args.step,
         environment=args.environment,
         policy_files=tuple(args.policy),
@@ -130,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     return verify(args, result, cs, report)
 
 
-def run_pylock(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
+def run_pylock(
+    args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO
+) -> int:
     """Write the known-good set as a PEP 751 pylock.toml; with --verify, install it with uv."""
     import tempfile
     from pathlib import Path
@@ -189,7 +172,7 @@ def run_pylock(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> i
     return 1
 
 
-def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
+def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO) -> int:
     """Resolve every install step up to the bad one under the constraints."""
     from pinguard.repair.resolve import (
         TargetEnvironment,
@@ -209,9 +192,7 @@ def verify(args: argparse.Namespace, result: Any, cs: Any, out: TextIO) -> int:
         for command in parse_install_commands(step.created_by):
             if not command.requirements:
                 continue
-            index = given.merged(command.index)
-            if command.tool == "pip" and index.extra_index_urls and not index.index_strategy:
-                index = dataclasses.replace(index, index_strategy="unsafe-best-match")
+            index = given.merged(command.index).for_tool(command.tool)
             v = verify_constraints(
                 list(command.requirements),
                 lines,
@@ -286,8 +267,7 @@ def run_check(args: argparse.Namespace, files: list[str]) -> int:
 
     if not files:
         raise UsageError("constraints check needs at least one FILE")
-    policy = load_policies(args.policy)
-    pins, forbidden = _policy_facts(policy, None, tuple(args.target))
+    policy = effective_policy(load_policies(args.policy), targets=args.target)
     problems: list[emit.CheckProblem] = []
     for path in files:
         if path.lower().endswith(emit.NOT_CONSTRAINTS):
@@ -296,7 +276,7 @@ def run_check(args: argparse.Namespace, files: list[str]) -> int:
                 f"pinguard: skipped {path}: documentation, not a constraints file", file=sys.stderr
             )
             continue
-        problems.extend(emit.check_constraints(path, pins=pins, forbidden=forbidden))
+        problems.extend(emit.check_constraints(path, pins=policy.pins, forbidden=policy.forbidden))
     for p in problems:
         print(f"{p.file}:{p.line}: {p.constraint}: {p.message}")
     return 1 if problems else 0

@@ -16,21 +16,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, SourceError, UsageError
-from pinguard.models import AuditResult, Finding, ImageInfo, Incomplete, Severity, Snapshot
+from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, SourceError
+from pinguard.models import AuditResult, Finding, ImageInfo, Incomplete, Snapshot
+from pinguard.report.options import RenderOptions
+
+if TYPE_CHECKING:
+    from pinguard.build.lint import LintFinding
 
 FORMATS = ("table", "json")
-_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pinguard.cli.common import add_image_options, add_policy_options
+    from pinguard.cli.common import add_build_arg_option, add_image_options, add_policy_options
 
     p = sub.add_parser(
         "gate",
@@ -44,110 +46,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--sarif", metavar="FILE", help="write a SARIF 2.1.0 log here (atomically)")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here (atomically)")
     p.add_argument("--format", choices=FORMATS, default="table", help="what to print on stdout")
-    p.add_argument(
-        "--build-arg",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a build argument, as the build was given it (for the lint)",
-    )
-    p.add_argument(
-        "--require-guard",
-        action="store_true",
-        help="report install steps not followed by `pinguard guard` (lint rule missing-guard)",
-    )
+    add_build_arg_option(p)
     add_image_options(p)
-    add_policy_options(p)
+    add_policy_options(p, guard=True)
     p.set_defaults(func=run)
 
 
-def _lint_finding(item: Any) -> Finding:
+def _lint_finding(item: LintFinding) -> Finding:
     """A lint finding as a policy-style finding whose message says where it is."""
-    f: Finding = item.finding
+    f = item.finding
     return dataclasses.replace(f, message=f"{item.path}:{item.line}: {f.message}")
-
-
-def merged_sarif(result: AuditResult, lint_items: Sequence[Any], dockerfile: str) -> dict[str, Any]:
-    """The audit's SARIF log with the lint rules and results added to its one run."""
-    from pinguard.build.lint import RULES as LINT_RULES
-    from pinguard.report import sarif
-
-    doc = sarif.to_dict(result, dockerfile=dockerfile)
-    run = doc["runs"][0]
-    rules: list[dict[str, Any]] = run["tool"]["driver"]["rules"]
-    known = {r["id"]: i for i, r in enumerate(rules)}
-    for rule_id in sorted(LINT_RULES):
-        if rule_id in known:
-            continue
-        severity, text = LINT_RULES[rule_id]
-        known[rule_id] = len(rules)
-        rules.append(
-            {
-                "id": rule_id,
-                "name": "".join(w.capitalize() for w in rule_id.split("-")),
-                "shortDescription": {"text": text},
-                "defaultConfiguration": {"level": _LEVEL[severity]},
-                "properties": {"kind": "dockerfile-lint"},
-            }
-        )
-    uri = sarif._uri(dockerfile)
-    for item in lint_items:
-        f: Finding = item.finding
-        fingerprint = f"{f.rule}\x1f{item.path}\x1f{item.command}\x1f{f.package or ''}"
-        run["results"].append(
-            {
-                "ruleId": f.rule,
-                "ruleIndex": known[f.rule],
-                "level": _LEVEL[f.severity],
-                "message": {"text": f.message},
-                "locations": [
-                    {
-                        "physicalLocation": {
-                            "artifactLocation": {"uri": uri},
-                            "region": {
-                                "startLine": item.line,
-                                "endLine": max(item.line, item.end_line),
-                            },
-                        },
-                    }
-                ],
-                "partialFingerprints": {
-                    "pinguardLint/v1": hashlib.sha256(fingerprint.encode()).hexdigest()[:32],
-                },
-                "properties": {"package": f.package, "stage": item.stage, "command": item.command},
-            }
-        )
-    return doc
-
-
-def _pins(policy: Any) -> list[str]:
-    return [f"{pin.package}{pin.specifier}" for pin in policy.pins]
 
 
 def run(args: argparse.Namespace) -> int:
     from pinguard.build.dockerfile import parse_file
     from pinguard.build.lint import lint
-    from pinguard.cli.common import FAIL_ON, judge, load_policies, run_audit
+    from pinguard.cli.common import FAIL_ON, build_args, judge, load_policies, run_audit
     from pinguard.fileio import atomic_write
+    from pinguard.policy.effective import effective_policy
+    from pinguard.report import sarif
 
     fail_on = FAIL_ON[args.fail_on]
-    build_args: dict[str, str] = {}
-    for item in args.build_arg:
-        name, eq, value = item.partition("=")
-        if not name or not eq:
-            raise UsageError(f"invalid --build-arg {item!r}: expected NAME=VALUE")
-        build_args[name] = value
+    options = RenderOptions(
+        fail_on=fail_on, allow_incomplete=args.allow_incomplete, title="pinguard gate"
+    )
+    values = build_args(args)
 
     # 1. policy (configuration errors exit 2 before anything else is read)
     policy = load_policies(args.policy)
+    effective = effective_policy(policy, targets=args.target)
     # 2. lint (an unreadable Dockerfile is a usage error: exit 2)
-    dockerfile = parse_file(args.dockerfile, build_args=build_args)
-    policy_file = policy.files[0] if getattr(policy, "files", ()) else None
+    dockerfile = parse_file(args.dockerfile, build_args=values)
     lint_items = lint(
         dockerfile,
-        pinned=_pins(policy),
-        require_guard=args.require_guard or bool(getattr(policy, "require_guard", False)),
-        policy_file=policy_file,
+        pinned=effective.pin_requirements,
+        require_guard=args.require_guard or effective.require_guard,
+        policy_file=effective.policy_file,
     )
     # 3. audit and judge (an unreadable image: exit 3, reports still written)
     image_error: SourceError | None = None
@@ -173,21 +107,17 @@ def run(args: argparse.Namespace) -> int:
     verdict = combined.verdict(fail_on, args.allow_incomplete)
 
     if args.sarif:
-        doc = merged_sarif(audit_result, lint_items, args.dockerfile)
-        atomic_write(args.sarif, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        doc = sarif.to_dict(audit_result, RenderOptions(dockerfile=args.dockerfile), lint_items)
+        atomic_write(args.sarif, sarif.dumps(doc))
     if args.junit:
         from pinguard.report import junit
 
-        atomic_write(
-            args.junit, junit.render(combined, fail_on=fail_on, suite_name="pinguard gate")
-        )
+        atomic_write(args.junit, junit.render(combined, options))
 
     if args.format == "json":
         from pinguard.report import json as json_report
 
-        data = json_report.to_dict(
-            combined, fail_on=fail_on, allow_incomplete=args.allow_incomplete
-        )
+        data = json_report.to_dict(combined, options)
         data["gate"] = {
             "dockerfile": args.dockerfile,
             "verdict": verdict,
@@ -196,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
-        _print_table(args, combined, lint_items, verdict, image_error)
+        _print_table(args, combined, lint_items, verdict, image_error, options)
     if image_error is not None:
         return EXIT_IMAGE
     return EXIT_PASS if verdict == "pass" else EXIT_FINDINGS
@@ -205,18 +135,18 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(
     args: argparse.Namespace,
     combined: AuditResult,
-    lint_items: Sequence[Any],
+    lint_items: Sequence[LintFinding],
     verdict: str,
     image_error: SourceError | None,
+    options: RenderOptions,
 ) -> None:
     from rich.console import Console
 
-    from pinguard.build.lint import render as render_lint
-    from pinguard.cli.common import FAIL_ON
+    from pinguard.report.lint import render_table
 
     out = sys.stdout
     print(f"lint {args.dockerfile}:", file=out)
-    out.write("".join("  " + line + "\n" for line in render_lint(lint_items).splitlines()))
+    out.write("".join("  " + line + "\n" for line in render_table(lint_items).splitlines()))
     if image_error is not None:
         print(f"image {args.image}: cannot be read: {image_error}", file=out)
         print(f"verdict: {verdict}", file=out)
@@ -224,6 +154,4 @@ def _print_table(
     from pinguard.report import table
 
     console = Console() if out.isatty() else Console(file=out, width=140)
-    table.render(
-        combined, console, fail_on=FAIL_ON[args.fail_on], allow_incomplete=args.allow_incomplete
-    )
+    table.draw(combined, console, options)

@@ -25,7 +25,7 @@ PREFIX = "pinguard guard:"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pinguard.build.guard import DEFAULT_STATE, UPDATE_MODES
-    from pinguard.cli.common import FAIL_ON
+    from pinguard.cli.common import add_policy_options
 
     p = sub.add_parser(
         "guard",
@@ -35,31 +35,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "to fail the Dockerfile RUN step. The first call records the baseline.",
     )
     p.add_argument(
-        "--policy",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="policy file (repeatable; default: pinguard.toml or [tool.pinguard] if found)",
-    )
-    p.add_argument(
         "--state",
         default=DEFAULT_STATE,
         metavar="PATH",
         help=f"the state file, an absolute path inside ROOT (default: {DEFAULT_STATE})",
     )
     p.add_argument("--root", default="/", help="the filesystem to audit (default: /)")
-    p.add_argument("--target", action="append", default=[], metavar="T", help="build target")
-    p.add_argument(
-        "--fail-on",
-        choices=sorted(FAIL_ON),
-        default="error",
-        help="lowest severity that fails (default: error)",
-    )
-    p.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="do not fail when some metadata could not be read",
-    )
     p.add_argument(
         "--step-name",
         metavar="TEXT",
@@ -79,6 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="when to record the state: pass (default), always (accept what is there), never",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
+    add_policy_options(p)
     p.set_defaults(func=run)
 
 
@@ -159,12 +141,10 @@ def run(args: argparse.Namespace) -> int:
     verdict = outcome.step.verdict
     if args.format == "json":
         from pinguard.report import json as json_report
+        from pinguard.report.options import RenderOptions
 
-        sys.stdout.write(
-            json_report.render(
-                outcome.result, fail_on=fail_on, allow_incomplete=args.allow_incomplete
-            )
-        )
+        options = RenderOptions(fail_on=fail_on, allow_incomplete=args.allow_incomplete)
+        sys.stdout.write(json_report.render(outcome.result, options))
     else:
         state = args.state
         if outcome.baseline and outcome.recorded:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from pinguard.errors import EXIT_PASS, EXIT_USAGE
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("policy", help="check policy files and list rules")
     sub = parser.add_subparsers(dest="policy_command", metavar="ACTION")
     check = sub.add_parser("check", help="validate policy files (exit 0 valid, 2 invalid)")
@@ -28,7 +27,12 @@ def register(subparsers: Any) -> None:
     check.set_defaults(func=_check)
     rules = sub.add_parser("rules", help="list the rules and their default severities")
     rules.set_defaults(func=_rules)
-    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), EXIT_USAGE)[1])
+
+    def usage(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    parser.set_defaults(func=usage)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -6,10 +6,10 @@ become ``SpecifierSet``s, markers ``Marker``s, severities ``Severity``. Every pr
 file is collected as a ``PolicyProblem`` (file, line, message quoting the bad value with
 ``!r``) and raised together as one ``PolicyError`` (a ``ConfigError``). ``extend`` names
 other files relative to the extending one; they are loaded first (depth first, each once)
-and cycles are errors. Later files override earlier ones key by key in ``[rules.*]``, while
-``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]`` entries accumulate.
-``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in ``pyproject.toml``
-from a directory upwards.
+and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
+in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]``
+entries accumulate. ``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in
+``pyproject.toml`` from a directory upwards.
 """
 
 from __future__ import annotations
@@ -50,8 +50,21 @@ from pinguard.policy.model import (
 
 PYPROJECT_PREFIX: KeyPath = ("tool", "pinguard")
 
+# A TOML table as tomlkit unwraps it; values are checked before they are used.
+TomlTable = dict[str, object]
+
 _SCOPE_KEYS = ("environments", "platforms", "targets", "marker")
-_TOP_KEYS = ("extend", "name", "description", "rules", "pin", "forbidden", "coupling", "waiver")
+_TOP_KEYS = (
+    "extend",
+    "name",
+    "description",
+    "require_guard",
+    "rules",
+    "pin",
+    "forbidden",
+    "coupling",
+    "waiver",
+)
 _RULE_KEYS = ("severity", "enabled", *_SCOPE_KEYS)
 _RULE_EXTRA = {"downgrade": ("allow", "packages")}
 _PIN_KEYS = ("package", "version", "reason", "link", "severity", *_SCOPE_KEYS)
@@ -91,6 +104,7 @@ class _Layer:
     forbidden: list[Forbidden] = field(default_factory=list)
     couplings: list[Coupling] = field(default_factory=list)
     waivers: list[Waiver] = field(default_factory=list)
+    require_guard: bool | None = None
 
 
 class _Missing:
@@ -140,7 +154,7 @@ class _Reader:
     # -- structure -------------------------------------------------------------------
     def table(
         self, value: object, path: KeyPath, allowed: Iterable[str], required: Iterable[str] = ()
-    ) -> dict[str, Any] | None:
+    ) -> TomlTable | None:
         if not isinstance(value, dict):
             self.problem(path, f"{self.dotted(path)}: expected a table, got {value!r}")
             return None
@@ -157,7 +171,7 @@ class _Reader:
                 self.problem(path, f"{self.dotted(path)}: missing required key {key!r}")
         return value
 
-    def entries(self, data: dict[str, Any], key: str) -> list[tuple[KeyPath, Any]]:
+    def entries(self, data: TomlTable, key: str) -> list[tuple[KeyPath, object]]:
         value = data.get(key, [])
         if isinstance(value, dict):  # a single [key] table is accepted as one entry
             return [((key,), value)]
@@ -168,7 +182,7 @@ class _Reader:
 
     # -- scalars ---------------------------------------------------------------------
     def string(
-        self, data: dict[str, Any], path: KeyPath, key: str, default: str | None = None
+        self, data: TomlTable, path: KeyPath, key: str, default: str | None = None
     ) -> str | None:
         value = data.get(key, _MISSING)
         if value is _MISSING:
@@ -182,7 +196,7 @@ class _Reader:
             return default
         return value
 
-    def boolean(self, data: dict[str, Any], path: KeyPath, key: str) -> bool | None:
+    def boolean(self, data: TomlTable, path: KeyPath, key: str) -> bool | None:
         value = data.get(key, _MISSING)
         if value is _MISSING:
             return None
@@ -195,7 +209,7 @@ class _Reader:
             return None
         return value
 
-    def strings(self, data: dict[str, Any], path: KeyPath, key: str) -> tuple[str, ...] | None:
+    def strings(self, data: TomlTable, path: KeyPath, key: str) -> tuple[str, ...] | None:
         value = data.get(key, _MISSING)
         if value is _MISSING:
             return None
@@ -216,16 +230,14 @@ class _Reader:
             self.problem(path, f"{self.dotted(path)}: invalid package name {raw!r}")
             return None
 
-    def names(
-        self, data: dict[str, Any], path: KeyPath, key: str
-    ) -> frozenset[NormalizedName] | None:
+    def names(self, data: TomlTable, path: KeyPath, key: str) -> frozenset[NormalizedName] | None:
         raw = self.strings(data, path, key)
         if raw is None:
             return None
         out = [self.name(r, (*path, key)) for r in raw]
         return frozenset(n for n in out if n is not None)
 
-    def severity(self, data: dict[str, Any], path: KeyPath) -> Severity | None:
+    def severity(self, data: TomlTable, path: KeyPath) -> Severity | None:
         raw = self.string(data, path, "severity")
         if raw is None:
             return None
@@ -238,7 +250,7 @@ class _Reader:
             return None
         return Severity(raw)
 
-    def specifier(self, data: dict[str, Any], path: KeyPath, key: str) -> SpecifierSet | None:
+    def specifier(self, data: TomlTable, path: KeyPath, key: str) -> SpecifierSet | None:
         raw = self.string(data, path, key)
         if raw is None:
             return None
@@ -256,7 +268,7 @@ class _Reader:
             return None
         return spec
 
-    def marker(self, data: dict[str, Any], path: KeyPath) -> Marker | None:
+    def marker(self, data: TomlTable, path: KeyPath) -> Marker | None:
         raw = self.string(data, path, "marker")
         if raw is None:
             return None
@@ -268,7 +280,7 @@ class _Reader:
             )
             return None
 
-    def scope_fields(self, data: dict[str, Any], path: KeyPath) -> dict[str, Any]:
+    def scope_fields(self, data: TomlTable, path: KeyPath) -> dict[str, Any]:
         """The scope keys present in ``data``, converted (absent keys are left out)."""
         out: dict[str, Any] = {}
         for key in ("environments", "targets"):
@@ -290,7 +302,7 @@ class _Reader:
             out["marker"] = self.marker(data, path)
         return out
 
-    def scope(self, data: dict[str, Any], path: KeyPath) -> Scope:
+    def scope(self, data: TomlTable, path: KeyPath) -> Scope:
         return Scope(**self.scope_fields(data, path))
 
 
@@ -302,7 +314,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         return _Layer(file), [PolicyProblem(file, exc.line, f"invalid TOML: {exc}")]
     lines = locate_lines(text)
     reader = _Reader(file, lines, prefix or ())
-    data: Any = doc
+    data: object = doc
     for part in prefix or ():
         data = data.get(part, {}) if isinstance(data, dict) else {}
     layer = _Layer(file)
@@ -311,17 +323,19 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         return layer, reader.problems
     reader.string(top, (), "name")
     reader.string(top, (), "description")
+    layer.require_guard = reader.boolean(top, (), "require_guard")
     for ref in reader.strings(top, (), "extend") or ():
         layer.extends.append((Path(ref), reader.line(("extend",))))
 
-    rules = top.get("rules", {})
-    if reader.table(rules, ("rules",), CONFIGURABLE_RULES) is not None:
-        for rule_id, body in rules.items():
+    rules = reader.table(top.get("rules", {}), ("rules",), CONFIGURABLE_RULES)
+    if rules is not None:
+        for rule_id, value in rules.items():
             if rule_id not in RULES or not RULES[rule_id].configurable:
                 continue
             path: KeyPath = ("rules", rule_id)
             allowed = _RULE_KEYS + _RULE_EXTRA.get(rule_id, ())
-            if reader.table(body, path, allowed) is None:
+            body = reader.table(value, path, allowed)
+            if body is None:
                 continue
             fields: dict[str, Any] = {}
             sev = reader.severity(body, path)
@@ -337,8 +351,9 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
                     fields[key] = names
             layer.rules[rule_id] = (fields, reader.origin(path))
 
-    for path, body in reader.entries(top, "pin"):
-        if reader.table(body, path, _PIN_KEYS, ("package", "version")) is None:
+    for path, value in reader.entries(top, "pin"):
+        body = reader.table(value, path, _PIN_KEYS, ("package", "version"))
+        if body is None:
             continue
         name = reader.string(body, path, "package")
         pkg = reader.name(name, (*path, "package")) if name is not None else None
@@ -349,8 +364,9 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         if pkg is not None and spec is not None:
             layer.pins.append(Pin(pkg, spec, reason, link, sev, scope, reader.origin(path)))
 
-    for path, body in reader.entries(top, "forbidden"):
-        if reader.table(body, path, _PIN_KEYS, ("package", "version", "reason")) is None:
+    for path, value in reader.entries(top, "forbidden"):
+        body = reader.table(value, path, _PIN_KEYS, ("package", "version", "reason"))
+        if body is None:
             continue
         name = reader.string(body, path, "package")
         pkg = reader.name(name, (*path, "package")) if name is not None else None
@@ -361,8 +377,9 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         if pkg is not None and spec is not None and why is not None:
             layer.forbidden.append(Forbidden(pkg, spec, why, link, sev, scope, reader.origin(path)))
 
-    for path, body in reader.entries(top, "coupling"):
-        if reader.table(body, path, _COUPLING_KEYS, ("package", "version", "requires")) is None:
+    for path, value in reader.entries(top, "coupling"):
+        body = reader.table(value, path, _COUPLING_KEYS, ("package", "version", "requires"))
+        if body is None:
             continue
         name = reader.string(body, path, "package")
         pkg = reader.name(name, (*path, "package")) if name is not None else None
@@ -399,8 +416,9 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
                 )
             )
 
-    for path, body in reader.entries(top, "waiver"):
-        if reader.table(body, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires")) is None:
+    for path, value in reader.entries(top, "waiver"):
+        body = reader.table(value, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires"))
+        if body is None:
             continue
         name = reader.string(body, path, "package")
         pkg = reader.name(name, (*path, "package")) if name is not None else None
@@ -487,8 +505,11 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
     couplings: list[Coupling] = []
     waivers: list[Waiver] = []
     files: list[str] = []
+    require_guard = False
     for layer in layers:
         files.append(layer.file)
+        if layer.require_guard is not None:
+            require_guard = layer.require_guard
         for rule_id, (fields, origin) in layer.rules.items():
             cfg = rules[rule_id]
             scope_changes = {k: fields.pop(k) for k in _SCOPE_KEYS if k in fields}
@@ -504,6 +525,7 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         forbidden=tuple(forbidden),
         couplings=tuple(couplings),
         waivers=tuple(waivers),
+        require_guard=require_guard,
         files=tuple(files),
     )
 

@@ -292,6 +292,8 @@ class Policy:
     forbidden: tuple[Forbidden, ...] = ()
     couplings: tuple[Coupling, ...] = ()
     waivers: tuple[Waiver, ...] = ()
+    # every pip/uv install step must be followed by `pinguard guard` (lint rule missing-guard)
+    require_guard: bool = False
     files: tuple[str, ...] = field(default=(), compare=False)
 
     def rule(self, rule_id: str) -> RuleConfig:

@@ -39,6 +39,7 @@ from pinguard.models import (
     Snapshot,
     Step,
 )
+from pinguard.policy.effective import ForbiddenRange
 
 _ARGS_PREFIX = re.compile(r"^\|\d+ (?:\S+=\S* )*")
 # Files `constraints check` passes over (a constraints/ folder's README, say).
@@ -409,7 +410,7 @@ def check_constraints(
     path: str | os.PathLike[str],
     *,
     pins: Mapping[NormalizedName, SpecifierSet],
-    forbidden: Sequence[tuple[NormalizedName, SpecifierSet, str]] = (),
+    forbidden: Sequence[ForbiddenRange] = (),
 ) -> tuple[CheckProblem, ...]:
     """Problems of one constraints file against the policy: a forbidden version, a pinned
     package outside the policy's known-good range, or a line that is not a requirement."""
@@ -429,12 +430,10 @@ def check_constraints(
                     exact = Version(s.version)
                 except InvalidVersion:
                     exact = None
-        for fname, fspec, reason in forbidden:
-            if canonicalize_name(fname) != pkg:
-                continue
-            if exact is not None and fspec.contains(exact, prereleases=True):
+        for bad in forbidden:
+            if exact is not None and bad.forbids(pkg, exact):
                 problems.append(
-                    CheckProblem(name, number, line, f"{pkg} {exact} is forbidden: {reason}")
+                    CheckProblem(name, number, line, f"{pkg} {exact} is forbidden: {bad.reason}")
                 )
         pin = pins.get(pkg)
         if pin is None:

@@ -17,7 +17,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import NormalizedName, canonicalize_name
@@ -92,9 +92,7 @@ def seed_site_packages(site: Path, env: Environment) -> list[str]:
 
 def uv_install_args(command: InstallCommand, index: IndexOptions) -> list[str]:
     """uv flags replaying ``command`` with ``index`` added."""
-    opts = index.merged(command.index)
-    if command.tool == "pip" and opts.index_strategy is None and opts.extra_index_urls:
-        opts = replace(opts, index_strategy="unsafe-best-match")
+    opts = index.merged(command.index).for_tool(command.tool)
     args = opts.uv_args()
     if command.upgrade:
         args.append("--upgrade")

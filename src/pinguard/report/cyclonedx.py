@@ -25,6 +25,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from pinguard.models import AuditResult
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, sbom_facts
 
 # RECORD uses hashlib names; CycloneDX has its own spelling (and no entry for md5-less others).
@@ -138,7 +139,10 @@ def build_bom(facts: SbomFacts) -> Bom:
     return bom
 
 
-def render(result: AuditResult) -> str:
-    """The CycloneDX 1.6 JSON document of ``result``'s final state, newline-terminated."""
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The CycloneDX 1.6 JSON document of ``result``'s final state.
+
+    Newline-terminated; no option changes it (an SBOM carries no verdict).
+    """
     text: str = JsonV1Dot6(build_bom(sbom_facts(result))).output_as_string(indent=2)
     return text + "\n"

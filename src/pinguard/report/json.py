@@ -7,12 +7,15 @@ gives the same bytes. The schema file lives in ``pinguard/schemas/audit-v1.schem
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from pinguard.models import SCHEMA_ID, AuditResult, Finding, Severity
+from pinguard.models import SCHEMA_ID, AuditResult, Finding
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+
+# A JSON object as plain data.
+JsonObject = dict[str, object]
 
 
-def finding_dict(f: Finding) -> dict[str, Any]:
+def finding_dict(f: Finding) -> JsonObject:
     return {
         "rule": f.rule,
         "severity": f.severity.value,
@@ -28,16 +31,12 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
-def finding_sort_key(f: Finding) -> tuple[Any, ...]:
+def finding_sort_key(f: Finding) -> tuple[int, str, str, str, str]:
     return (f.step or 0, f.environment or "", f.package or "", f.rule, f.message)
 
 
-def to_dict(
-    result: AuditResult,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
-) -> dict[str, Any]:
+def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> JsonObject:
+    """The JSON document as plain data (see ``render``)."""
     image = result.image
     steps = []
     for step in result.steps:
@@ -115,17 +114,10 @@ def to_dict(
         "findings": [finding_dict(f) for f in sorted(result.findings, key=finding_sort_key)],
         "incomplete": [{"what": i.what, "why": i.why} for i in result.incomplete],
         "notes": list(result.notes),
-        "verdict": result.verdict(fail_on, allow_incomplete),
+        "verdict": result.verdict(options.fail_on, options.allow_incomplete),
     }
 
 
-def render(
-    result: AuditResult,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
-) -> str:
-    return (
-        json.dumps(to_dict(result, fail_on=fail_on, allow_incomplete=allow_incomplete), indent=2)
-        + "\n"
-    )
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The ``pinguard/audit/v1`` JSON document for ``result``, verdict at ``options.fail_on``."""
+    return json.dumps(to_dict(result, options), indent=2) + "\n"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from collections.abc import Iterable
 
-from pinguard.models import AuditResult, Finding, Severity
+from pinguard.models import AuditResult, Finding
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 NO_PACKAGE = "(image)"
@@ -39,14 +39,12 @@ def _line(f: Finding) -> str:
     return _clean(f"[{f.severity.value}] {f.message}" + (f" ({where})" if where else "") + waived)
 
 
-def render(
-    result: AuditResult,
-    *,
-    fail_on: Severity | None = Severity.INFO,
-    rules: Iterable[str] = (),
-    suite_name: str = "pinguard",
-) -> str:
-    """The JUnit XML report of ``result.findings`` (``fail_on`` None: nothing fails)."""
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The JUnit XML report of ``result.findings`` (``options.fail_on`` None: nothing fails).
+
+    The suite is named after ``options.title``; ``options.rules`` get a passing case each.
+    """
+    fail_on, rules, suite_name = options.fail_on, options.rules, options.title
     groups: dict[tuple[str, str], list[Finding]] = defaultdict(list)
     for f in result.findings:
         groups[(f.rule, f.package or NO_PACKAGE)].append(f)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 
 from pinguard.models import AuditResult, Finding, Severity
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
 _ICON = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
 
@@ -59,15 +60,10 @@ def _count(findings: list[Finding]) -> str:
     return ", ".join(parts) or "no findings"
 
 
-def render(
-    result: AuditResult,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
-    max_rows: int = 50,
-    title: str = "pinguard",
-) -> str:
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The PR-comment Markdown for ``result`` (findings as already evaluated)."""
+    fail_on, allow_incomplete = options.fail_on, options.allow_incomplete
+    max_rows, title = options.max_rows, options.title
     verdict = result.verdict(fail_on, allow_incomplete)
     open_ = [f for f in result.findings if not f.waived]
     waived = [f for f in result.findings if f.waived]

@@ -1,15 +1,17 @@
-"""SARIF 2.1.0: findings as results of the ``pinguard`` tool, for code-scanning dashboards.
+"""SARIF 2.1.0: the one builder of the SARIF logs of ``audit``, ``lint`` and ``gate``.
 
-One run, whose driver lists every rule of the catalogue (sorted, so ``ruleIndex`` is
-stable). Each finding becomes a result with its level (info maps to ``note``), a stable
-partial fingerprint, its package, environment, step and versions as properties, and, when
-waived, an accepted external suppression carrying the waiver's reason. A result points at
-the Dockerfile line of the step that caused it when a Dockerfile and a step-to-line mapping
-are known (``dockerfile_step_lines`` builds that mapping by aligning the image history with
-the Dockerfile's last stage), and otherwise at the policy file line that produced it. Things
-that could not be read become error notifications on the invocation, which is then marked
-unsuccessful. Apart from reading the Dockerfile when only its path is given, ``render`` is a
-pure function with sorted, deterministic output.
+Every log has one run of one tool whose driver lists its rules (sorted, so ``ruleIndex`` is
+stable): the policy catalogue for ``audit``, the lint rules for ``lint`` (driver
+``pinguard-lint``), both for ``gate``. Severities map to SARIF levels once, in ``LEVEL``
+(info is ``note``). An image finding becomes a result with a stable partial fingerprint, its
+package, environment, step and versions as properties and, when waived, an accepted external
+suppression carrying the waiver's reason; it points at the Dockerfile line of the step that
+caused it when a Dockerfile and a step-to-line mapping are known (``dockerfile_step_lines``
+builds that mapping by aligning the image history with the Dockerfile's last stage), and
+otherwise at the policy file line that produced it. A lint finding points at its command's
+lines. Things that could not be read become error notifications on the invocation, which is
+then marked unsuccessful. Apart from reading the Dockerfile when only its path is given, the
+builders are pure functions with sorted, deterministic output.
 """
 
 from __future__ import annotations
@@ -17,23 +19,34 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from pinguard import __version__
 from pinguard.models import AuditResult, Finding, Severity, Step
 from pinguard.policy.model import RULES
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+
+if TYPE_CHECKING:
+    from pinguard.build.lint import LintFinding
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
 
-_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+# A SARIF object as plain JSON data.
+Sarif = dict[str, object]
+
+LEVEL: Mapping[Severity, str] = {
+    Severity.ERROR: "error",
+    Severity.WARNING: "warning",
+    Severity.INFO: "note",
+}
 _PREFIX = re.compile(r"^(?:RUN\s+)?(?:\|\d+\s+(?:\S+=\S*\s+)*)?(?:/bin/(?:ba)?sh\s+-c\s+)?")
 
 
-def _uri(path: str) -> str:
+def artifact_uri(path: str) -> str:
     """An RFC 3986 URI reference for a file path (absolute paths become file: URIs)."""
     p = Path(path)
     if p.is_absolute():
@@ -96,17 +109,57 @@ def dockerfile_step_lines(
     return mapping
 
 
+def _rule(
+    rule_id: str,
+    title: str,
+    severity: Severity,
+    description: str | None = None,
+    kind: str | None = None,
+) -> Sarif:
+    descriptor: Sarif = {
+        "id": rule_id,
+        "name": "".join(w.capitalize() for w in rule_id.split("-")),
+        "shortDescription": {"text": title},
+    }
+    if description is not None:
+        descriptor["fullDescription"] = {"text": description}
+    descriptor["defaultConfiguration"] = {"level": LEVEL[severity]}
+    if kind is not None:
+        descriptor["properties"] = {"kind": kind}
+    return descriptor
+
+
+def policy_rules() -> list[Sarif]:
+    """The descriptors of the policy rules, sorted by id."""
+    return [
+        _rule(r, RULES[r].title, RULES[r].severity, description=RULES[r].description)
+        for r in sorted(RULES)
+    ]
+
+
+def lint_rules(skip: Iterable[str] = ()) -> list[Sarif]:
+    """The descriptors of the Dockerfile lint rules (except ``skip``), sorted by id."""
+    from pinguard.build.lint import RULES as LINT_RULES
+
+    skipped = set(skip)
+    return [
+        _rule(r, LINT_RULES[r][1], LINT_RULES[r][0], kind="dockerfile-lint")
+        for r in sorted(LINT_RULES)
+        if r not in skipped
+    ]
+
+
 def _fingerprint(f: Finding) -> str:
     key = "\x1f".join((f.rule, f.package or "", f.environment or "", *f.versions))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def _location(f: Finding, dockerfile: str | None, step_lines: Mapping[int, int]) -> list[Any]:
+def _location(f: Finding, dockerfile: str | None, step_lines: Mapping[int, int]) -> list[Sarif]:
     if dockerfile is not None and f.step is not None and f.step in step_lines:
-        uri, line = _uri(dockerfile), step_lines[f.step]
+        uri, line = artifact_uri(dockerfile), step_lines[f.step]
         what = f"step {f.step}"
     elif f.policy_file is not None:
-        uri, line = _uri(f.policy_file), max(1, f.policy_line or 1)
+        uri, line = artifact_uri(f.policy_file), max(1, f.policy_line or 1)
         what = "policy entry"
     else:
         return []
@@ -118,119 +171,164 @@ def _location(f: Finding, dockerfile: str | None, step_lines: Mapping[int, int])
     ]
 
 
+def _step_lines(result: AuditResult, options: RenderOptions) -> Mapping[int, int]:
+    if options.dockerfile is None or options.step_lines is not None:
+        return options.step_lines or {}
+    text = options.dockerfile_text
+    if text is None:
+        try:
+            text = Path(options.dockerfile).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+    return dockerfile_step_lines(text, result.steps, options.dockerfile) if text else {}
+
+
+def finding_result(
+    f: Finding, index: Mapping[str, int], dockerfile: str | None, step_lines: Mapping[int, int]
+) -> Sarif:
+    """The SARIF result of one image finding (``index``: rule id -> ``ruleIndex``)."""
+    item: Sarif = {"ruleId": f.rule, "level": LEVEL[f.severity], "message": {"text": f.message}}
+    if f.rule in index:
+        item["ruleIndex"] = index[f.rule]
+    locations = _location(f, dockerfile, step_lines)
+    if locations:
+        item["locations"] = locations
+    item["partialFingerprints"] = {"pinguardFinding/v1": _fingerprint(f)}
+    props: Sarif = {"versions": list(f.versions)}
+    for key, value in (
+        ("package", f.package),
+        ("environment", f.environment),
+        ("step", f.step),
+        ("policyFile", f.policy_file),
+        ("policyLine", f.policy_line),
+    ):
+        if value is not None:
+            props[key] = value
+    item["properties"] = props
+    if f.waived:
+        item["suppressions"] = [
+            {
+                "kind": "external",
+                "status": "accepted",
+                "justification": f.waiver_reason or "waived by policy",
+            }
+        ]
+    return item
+
+
+def lint_result(item: LintFinding, index: Mapping[str, int]) -> Sarif:
+    """The SARIF result of one lint finding, located at its command's lines."""
+    f = item.finding
+    fingerprint = f"{f.rule}\x1f{item.path}\x1f{item.command}\x1f{f.package or ''}"
+    return {
+        "ruleId": f.rule,
+        "ruleIndex": index[f.rule],
+        "level": LEVEL[f.severity],
+        "message": {"text": f.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": artifact_uri(item.path)},
+                    "region": {
+                        "startLine": item.line,
+                        "endLine": max(item.line, item.end_line),
+                    },
+                },
+            }
+        ],
+        "partialFingerprints": {
+            "pinguardLint/v1": hashlib.sha256(fingerprint.encode()).hexdigest()[:32],
+        },
+        "properties": {"package": f.package, "stage": item.stage, "command": item.command},
+    }
+
+
+def _log(
+    tool: str,
+    rules: list[Sarif],
+    results: list[Sarif],
+    notifications: list[Sarif],
+    properties: Sarif | None = None,
+) -> Sarif:
+    invocation: Sarif = {"executionSuccessful": not notifications}
+    if notifications:
+        invocation["toolExecutionNotifications"] = notifications
+    run: Sarif = {
+        "tool": {
+            "driver": {
+                "name": tool,
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": rules,
+            }
+        },
+        "invocations": [invocation],
+        "columnKind": "unicodeCodePoints",
+        "results": results,
+    }
+    if properties is not None:
+        run["properties"] = properties
+    return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
+
+
 def to_dict(
     result: AuditResult,
-    *,
-    dockerfile: str | None = None,
-    step_lines: Mapping[int, int] | None = None,
-    dockerfile_text: str | None = None,
-) -> dict[str, Any]:
-    """The SARIF log as plain data (see ``render``)."""
-    if dockerfile is not None and step_lines is None:
-        text = dockerfile_text
-        if text is None:
-            try:
-                text = Path(dockerfile).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                text = ""
-        step_lines = dockerfile_step_lines(text, result.steps, dockerfile) if text else {}
-    step_lines = step_lines or {}
+    options: RenderOptions = DEFAULT_OPTIONS,
+    lint: Sequence[LintFinding] | None = None,
+) -> Sarif:
+    """The SARIF log of ``result`` as plain data (see ``render``).
 
-    rule_ids = sorted(RULES)
-    index = {r: i for i, r in enumerate(rule_ids)}
-    rules = [
-        {
-            "id": r,
-            "name": "".join(w.capitalize() for w in r.split("-")),
-            "shortDescription": {"text": RULES[r].title},
-            "fullDescription": {"text": RULES[r].description},
-            "defaultConfiguration": {"level": _LEVEL[RULES[r].severity]},
-        }
-        for r in rule_ids
-    ]
-    results = []
-    for f in result.findings:
-        item: dict[str, Any] = {
-            "ruleId": f.rule,
-            "level": _LEVEL[f.severity],
-            "message": {"text": f.message},
-        }
-        if f.rule in index:
-            item["ruleIndex"] = index[f.rule]
-        locations = _location(f, dockerfile, step_lines)
-        if locations:
-            item["locations"] = locations
-        item["partialFingerprints"] = {"pinguardFinding/v1": _fingerprint(f)}
-        props: dict[str, Any] = {"versions": list(f.versions)}
-        for key, value in (
-            ("package", f.package),
-            ("environment", f.environment),
-            ("step", f.step),
-            ("policyFile", f.policy_file),
-            ("policyLine", f.policy_line),
-        ):
-            if value is not None:
-                props[key] = value
-        item["properties"] = props
-        if f.waived:
-            item["suppressions"] = [
-                {
-                    "kind": "external",
-                    "status": "accepted",
-                    "justification": f.waiver_reason or "waived by policy",
-                }
-            ]
-        results.append(item)
-
-    notifications = [
+    ``lint`` (even empty) adds the lint rules, and those lint findings, to the same run:
+    the one log of ``pinguard gate``.
+    """
+    step_lines = _step_lines(result, options)
+    rules = policy_rules()
+    if lint is not None:
+        rules += lint_rules(skip=RULES)
+    index = {str(r["id"]): i for i, r in enumerate(rules)}
+    results = [finding_result(f, index, options.dockerfile, step_lines) for f in result.findings]
+    results += [lint_result(item, index) for item in lint or ()]
+    notifications: list[Sarif] = [
         {"level": "error", "message": {"text": f"incomplete: {i.what}: {i.why}"}}
         for i in result.incomplete
     ]
-    invocation: dict[str, Any] = {"executionSuccessful": not result.incomplete}
-    if notifications:
-        invocation["toolExecutionNotifications"] = notifications
     image = result.image
-    run_props: dict[str, Any] = {"image": image.reference}
+    run_props: Sarif = {"image": image.reference}
     if image.manifest_digest:
         run_props["manifestDigest"] = image.manifest_digest
     if image.platform is not None:
         run_props["platform"] = str(image.platform)
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": SARIF_VERSION,
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "pinguard",
-                        "version": __version__,
-                        "semanticVersion": __version__,
-                        "rules": rules,
-                    }
-                },
-                "invocations": [invocation],
-                "columnKind": "unicodeCodePoints",
-                "results": results,
-                "properties": run_props,
-            }
-        ],
-    }
+    return _log("pinguard", rules, results, notifications, run_props)
 
 
-def render(
-    result: AuditResult,
-    *,
-    dockerfile: str | None = None,
-    step_lines: Mapping[int, int] | None = None,
-    dockerfile_text: str | None = None,
-) -> str:
+def lint_to_dict(findings: Sequence[LintFinding], errors: Sequence[tuple[str, str]] = ()) -> Sarif:
+    """The SARIF log of ``pinguard lint``: lint findings, unreadable files as notifications."""
+    from pinguard.build.lint import LintFinding
+
+    rules = lint_rules()
+    index = {str(r["id"]): i for i, r in enumerate(rules)}
+    results = [lint_result(item, index) for item in sorted(findings, key=LintFinding.sort_key)]
+    notifications: list[Sarif] = [
+        {
+            "level": "error",
+            "message": {"text": message},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": artifact_uri(path)}}}],
+        }
+        for path, message in sorted(errors)
+    ]
+    return _log("pinguard-lint", rules, results, notifications)
+
+
+def dumps(log: Sarif) -> str:
+    """A SARIF log as JSON text (the one serialisation every command uses)."""
+    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The SARIF 2.1.0 log for ``result.findings`` as JSON text.
 
-    ``dockerfile`` is the path results should point at; ``step_lines`` maps step indexes to
-    its lines (computed from ``dockerfile_text``, or from the file itself, when omitted).
-    Findings whose step has no line point at their policy file line instead.
+    ``options.dockerfile`` is the path results should point at; ``options.step_lines`` maps
+    step indexes to its lines (computed from ``options.dockerfile_text``, or from the file
+    itself, when omitted). Findings whose step has no line point at their policy file line.
     """
-    data = to_dict(
-        result, dockerfile=dockerfile, step_lines=step_lines, dockerfile_text=dockerfile_text
-    )
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return dumps(to_dict(result, options))

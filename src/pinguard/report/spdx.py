@@ -38,6 +38,7 @@ from spdx_tools.spdx.writer.write_utils import convert
 
 from pinguard.errors import PinguardError
 from pinguard.models import AuditResult
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.sbom import TOOL, SbomFacts, sbom_facts
 
 # SPDX 2.3 needs a creation time; a fixed one keeps the bytes reproducible (as
@@ -154,8 +155,11 @@ def build_document(facts: SbomFacts) -> Document:
     )
 
 
-def render(result: AuditResult) -> str:
-    """The SPDX 2.3 JSON document of ``result``'s final state, validated, newline-terminated."""
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The SPDX 2.3 JSON document of ``result``'s final state, validated.
+
+    Newline-terminated; no option changes it (an SBOM carries no verdict).
+    """
     document = build_document(sbom_facts(result))
     problems = validate_full_spdx_document(document, "SPDX-2.3")
     if problems:

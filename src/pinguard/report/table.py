@@ -1,17 +1,21 @@
 """The human view: rich tables of the steps that changed something, then findings.
 
 Only steps with changes or unmet requirements are shown; downgrades and unmet requirements
-stand out in red. The renderer draws onto a ``rich.console.Console`` the CLI hands it (so
-it never decides where output goes) and is deterministic for a given width.
+stand out in red. ``draw`` draws onto a ``rich.console.Console`` the CLI hands it (so it
+never decides where output goes); ``render`` draws into text ``options.width`` columns wide.
+Both are deterministic for a given width.
 """
 
 from __future__ import annotations
+
+import io
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from pinguard.models import AuditResult, ChangeKind, Severity
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
 _KIND_STYLE = {
     ChangeKind.ADDED: "green",
@@ -31,13 +35,16 @@ def _short(command: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(
-    result: AuditResult,
-    console: Console,
-    *,
-    fail_on: Severity | None = Severity.ERROR,
-    allow_incomplete: bool = False,
-) -> None:
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The table as plain text, ``options.width`` columns wide."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=options.width, force_terminal=False, soft_wrap=False)
+    draw(result, console, options)
+    return buf.getvalue()
+
+
+def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT_OPTIONS) -> None:
+    """Draw the tables onto ``console`` (a terminal gets colours, a file plain text)."""
     image = result.image
     console.print(
         Text.assemble(
@@ -120,7 +127,7 @@ def render(
         console.print(table)
     for item in result.incomplete:
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
-    verdict = result.verdict(fail_on, allow_incomplete)
+    verdict = result.verdict(options.fail_on, options.allow_incomplete)
     console.print(
         Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red")
     )

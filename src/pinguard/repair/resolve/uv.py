@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import NormalizedName, canonicalize_name
@@ -56,6 +56,17 @@ class IndexOptions:
             index_strategy=self.index_strategy or other.index_strategy,
             prerelease=self.prerelease or other.prerelease,
         )
+
+    def for_tool(self, tool: str) -> IndexOptions:
+        """These options as ``tool`` ("pip" or "uv") applies them, spelled for uv.
+
+        pip merges every index and takes the best version found on any of them, which is
+        uv's ``--index-strategy unsafe-best-match``; uv's own default (first-index) is kept
+        for uv command lines, and a strategy the command names always wins.
+        """
+        if tool == "pip" and self.index_strategy is None and self.extra_index_urls:
+            return replace(self, index_strategy="unsafe-best-match")
+        return self
 
     @property
     def index_urls(self) -> tuple[str, ...]:

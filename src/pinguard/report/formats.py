@@ -1,0 +1,47 @@
+"""The registry of audit output formats: ``FORMATS`` maps a ``--format`` name to its renderer.
+
+Adding a format is adding a module to ``pinguard.report`` whose ``render(result, options)``
+follows the ``Renderer`` protocol, and one entry here; the CLI offers every key of
+``FORMATS`` (in this order) and calls the renderer without knowing anything about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pinguard.models import AuditResult
+from pinguard.report import json, junit, markdown, sarif, table
+from pinguard.report.options import DEFAULT_OPTIONS, Renderer, RenderOptions
+
+
+def _cyclonedx(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    # imported when used: cyclonedx-python-lib is slow to import for every CLI start
+    from pinguard.report import cyclonedx
+
+    return cyclonedx.render(result, options)
+
+
+def _spdx(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    from pinguard.report import spdx  # spdx-tools too (it loads the license list)
+
+    return spdx.render(result, options)
+
+
+FORMATS: Mapping[str, Renderer] = {
+    "table": table.render,
+    "json": json.render,
+    "sarif": sarif.render,
+    "junit": junit.render,
+    "markdown": markdown.render,
+    "cyclonedx": _cyclonedx,
+    "spdx": _spdx,
+}
+
+
+def render(fmt: str, result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The report of ``result`` in format ``fmt`` (a key of ``FORMATS``)."""
+    try:
+        renderer = FORMATS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}") from None
+    return renderer(result, options)

@@ -1,0 +1,48 @@
+"""What every renderer takes: the one ``RenderOptions`` value and the ``Renderer`` protocol.
+
+Every output format is a function ``render(result, options) -> str`` over an ``AuditResult``
+that the policy has already judged. ``RenderOptions`` gathers everything any format may
+need (the verdict's threshold, where SARIF results point, JUnit's extra rules, Markdown's row
+cap, the table's width); a format ignores the fields it has no use for. There is one default
+for each field, shared by all formats (``fail_on`` is ``error`` everywhere, like the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pinguard.models import AuditResult, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """How to render one report; every format reads only the fields it needs."""
+
+    # the lowest unwaived severity that fails the verdict (None: report only, never fail)
+    fail_on: Severity | None = Severity.ERROR
+    # a verdict may pass although something could not be read
+    allow_incomplete: bool = False
+    # the report's title: Markdown's heading, JUnit's suite name
+    title: str = "pinguard"
+    # SARIF: the Dockerfile results point at, its text (read from the path when None), and
+    # the step-index -> Dockerfile-line mapping (computed from the text when None)
+    dockerfile: str | None = None
+    dockerfile_text: str | None = None
+    step_lines: Mapping[int, int] | None = field(default=None, compare=False)
+    # JUnit: rules that get a passing test case when they found nothing
+    rules: tuple[str, ...] = ()
+    # Markdown: at most this many rows per table
+    max_rows: int = 50
+    # table: the console width when rendering to text
+    width: int = 160
+
+
+DEFAULT_OPTIONS = RenderOptions()
+
+
+class Renderer(Protocol):
+    """One output format: the report text for a judged ``AuditResult``."""
+
+    def __call__(self, result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str: ...
