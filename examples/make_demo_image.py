@@ -132,9 +132,9 @@ def write_oci_archive(
                 history.append(
                     {"created": "2025-11-29T00:00:00Z", "created_by": text, "empty_layer": True}
                 )
-        tar = layer_tar(layer)
-        diff_ids.append("sha256:" + hashlib.sha256(tar).hexdigest())
-        gz = gzip.compress(tar, mtime=0)
+        plain = layer_tar(layer)
+        diff_ids.append("sha256:" + hashlib.sha256(plain).hexdigest())
+        gz = gzip.compress(plain, mtime=0)
         digest, size = _blob(blobs, gz)
         layer_descs.append(
             {

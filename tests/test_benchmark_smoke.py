@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.infra.paths import REPO
 from tests.infra.tools import require_tool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 def test_benchmark_smoke(tmp_path: Path) -> None:

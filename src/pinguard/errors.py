@@ -28,6 +28,10 @@ class InvalidReference(UsageError, ValueError):
     """An image reference that no transport understands."""
 
 
+class InvalidPlatform(UsageError, ValueError):
+    """A platform string that is not ``os/arch[/variant]``."""
+
+
 class ConfigError(PinguardError):
     """A policy, constraints or configuration file is wrong."""
 

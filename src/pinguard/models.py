@@ -50,7 +50,7 @@ def parse_version(raw: str) -> Version | None:
 
 @dataclass(frozen=True, slots=True)
 class Platform:
-    """An image platform such as linux/arm64/v8."""
+    """An image platform such as linux/arm64/v8 (what is known about it: `pinguard.target`)."""
 
     os: str
     architecture: str
@@ -59,19 +59,6 @@ class Platform:
     def __str__(self) -> str:
         base = f"{self.os}/{self.architecture}"
         return f"{base}/{self.variant}" if self.variant else base
-
-    @property
-    def machine(self) -> str:
-        """The value of ``platform_machine`` a Python on this platform reports."""
-        return {
-            "amd64": "x86_64",
-            "arm64": "aarch64",
-            "386": "i686",
-            "arm": "armv7l",
-            "ppc64le": "ppc64le",
-            "s390x": "s390x",
-            "riscv64": "riscv64",
-        }.get(self.architecture, self.architecture)
 
 
 @dataclass(frozen=True, slots=True)

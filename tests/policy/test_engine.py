@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pinguard.models import AuditResult, ChangeKind, Finding, Platform, Severity
 from pinguard.policy import default_policy, evaluate, load_policy, parse_policy, worst
-from tests.policy.factories import (
+from tests.factories import (
     ENV,
     SYSTEM,
     cause,
@@ -23,9 +22,9 @@ from tests.policy.factories import (
     step,
     unmet,
 )
+from tests.infra.paths import POLICIES
 
 TODAY = _dt.date(2026, 6, 1)
-POLICIES = Path(__file__).resolve().parents[2] / "policies"
 H1, H2 = "sha256=" + "A" * 43, "sha256=" + "B" * 43
 
 

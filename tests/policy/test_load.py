@@ -21,9 +21,9 @@ from pinguard.policy import (
     parse_policy,
 )
 from pinguard.policy.locate import locate_lines
-from pinguard.policy.model import CONFIGURABLE_RULES, Origin, Scope
+from pinguard.policy.model import CONFIGURABLE_RULES, Forbidden, Origin, Scope
+from tests.infra.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "policies"
 
 FULL = """\
@@ -137,7 +137,7 @@ def test_default_toml_equals_builtin_default() -> None:
 def test_glm_policy_encodes_the_known_facts() -> None:
     """The GB10 policy forbids the two known-bad builds with reasons and links."""
     policy = load_policy(POLICIES / "glm-serving-gb10.toml")
-    by_name = {f.package: f for f in policy.forbidden}
+    by_name: dict[str, Forbidden] = {f.package: f for f in policy.forbidden}
     nccl = by_name["nvidia-nccl-cu13"]
     assert nccl.specifier == SpecifierSet("==2.29.7")
     assert nccl.reason == "NCCL internal error on the GB10 fabric"

@@ -12,7 +12,7 @@ from pinguard.cli import build_parser
 from pinguard.models import AuditResult, Finding, Severity
 from pinguard.report.formats import FORMATS, render
 from pinguard.report.options import RenderOptions
-from tests.policy.factories import dist, environment, result
+from tests.factories import dist, environment, result
 
 WARNING = Finding(
     rule="file-collision", severity=Severity.WARNING, message="two owners", package="a"

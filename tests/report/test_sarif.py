@@ -14,7 +14,7 @@ from pinguard.models import Finding, Severity
 from pinguard.report import sarif
 from pinguard.report.lint import render_sarif
 from pinguard.report.options import RenderOptions
-from tests.policy.factories import environment, result
+from tests.factories import environment, result
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json").read_text())
 BAD = "FROM python:3.11\nRUN pip install --pre --extra-index-url https://n/nightly x\n"

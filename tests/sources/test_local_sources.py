@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from pinguard import target as tg
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.models import Platform
 from pinguard.sources import (
@@ -393,7 +394,7 @@ def test_daemon_legacy_export_two_passes(tmp_path: Path) -> None:
     ids = [sha256(x) for x in layers]
     info = {
         "Id": "sha256:" + "f" * 64,
-        "Architecture": mf.default_platform().architecture,
+        "Architecture": tg.host_platform().architecture,
         "Os": "linux",
         "Config": {"Env": ["A=1"]},
         "RootFS": {"Type": "layers", "Layers": ids},
@@ -530,7 +531,7 @@ def test_multiplatform_layout_picks_a_platform(
         open_source(ref, SourceOptions(platform=Platform("linux", "s390x"))).resolve()
     with pytest.raises(ImageNotFound, match=r"present: .*linux/arm64/v8"):
         open_source(ref, SourceOptions(platform=Platform("linux", "arm64", "v7"))).resolve()
-    default = mf.default_platform()
+    default = tg.host_platform()
     if default.architecture in ("amd64", "arm64"):
         assert open_source(ref).resolve().config["architecture"] == default.architecture
 
@@ -641,12 +642,12 @@ def test_dir_source(tmp_path: Path) -> None:
 
 def test_default_platform_and_matching() -> None:
     """x86_64 maps to amd64, aarch64 to arm64; arm64 without variant matches arm64/v8."""
-    assert mf.normalize_arch("x86_64") == "amd64"
-    assert mf.normalize_arch("aarch64") == "arm64"
-    assert mf.default_platform().os == "linux"
-    assert mf.platform_matches(Platform("linux", "arm64", "v8"), Platform("linux", "arm64"))
-    assert mf.platform_matches(Platform("linux", "arm64"), Platform("linux", "arm64", "v8"))
-    assert not mf.platform_matches(Platform("linux", "arm", "v7"), Platform("linux", "arm", "v6"))
-    assert mf.parse_platform("linux/aarch64") == Platform("linux", "arm64")
+    assert tg.normalize_arch("x86_64") == "amd64"
+    assert tg.normalize_arch("aarch64") == "arm64"
+    assert tg.host_platform().os == "linux"
+    assert tg.platform_matches(Platform("linux", "arm64", "v8"), Platform("linux", "arm64"))
+    assert tg.platform_matches(Platform("linux", "arm64"), Platform("linux", "arm64", "v8"))
+    assert not tg.platform_matches(Platform("linux", "arm", "v7"), Platform("linux", "arm", "v6"))
+    assert tg.parse_platform("linux/aarch64") == Platform("linux", "arm64")
     with pytest.raises(ValueError, match="'linux'"):
-        mf.parse_platform("linux")
+        tg.parse_platform("linux")

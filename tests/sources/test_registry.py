@@ -40,8 +40,8 @@ from pinguard.sources.registry import (
     OCI_MANIFEST,
     RegistrySource,
     parse_www_authenticate,
-    platform_matches,
 )
+from pinguard.target import platform_matches
 from tests.infra.registry import (
     DEFAULT_PASSWORD,
     DEFAULT_USER,

@@ -11,43 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from pinguard.catalog.python import parse_requirement
 from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform, Unmet
+from pinguard.target import marker_environment, parse_requirement
 
 MAX_CHAIN = 8
-
-
-def marker_environment(python: str | None, platform: Platform | None) -> dict[str, str]:
-    """The PEP 508 marker values of a CPython ``python`` on ``platform``.
-
-    What is not known (no Python version, no platform, as for a directory on disk) takes
-    this machine's value, which is right for ``dir:`` and the in-build guard.
-    """
-    values: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
-    values.update(implementation_name="cpython", platform_python_implementation="CPython", extra="")
-    if python:
-        parts = python.split(".")
-        short = ".".join(parts[:2])
-        full = python if len(parts) >= 3 else f"{short}.0"
-        values.update(python_version=short, python_full_version=full, implementation_version=full)
-    if platform is not None:
-        system = platform.os.lower()
-        values.update(
-            platform_machine=platform.machine,
-            os_name="nt" if system == "windows" else "posix",
-            sys_platform={"windows": "win32"}.get(system, system),
-            platform_system={"linux": "Linux", "windows": "Windows", "darwin": "Darwin"}.get(
-                system, system.capitalize()
-            ),
-            platform_release="",
-            platform_version="",
-        )
-    return values
 
 
 def _applies(req: Requirement, env: Mapping[str, str]) -> bool:

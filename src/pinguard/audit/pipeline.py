@@ -23,8 +23,8 @@ from pinguard.audit.diff import diff_environments
 from pinguard.audit.state import State
 from pinguard.catalog import analyzer_key, selector
 from pinguard.errors import SourceError
+from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.layers.cache import LayerCache
-from pinguard.layers.walk import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.models import (
     AuditResult,
     Change,

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 from pinguard.catalog import Catalog
-from pinguard.layers.walk import LayerAnalysis
+from pinguard.layers.analysis import LayerAnalysis
 from pinguard.models import Snapshot
 
 V = TypeVar("V")

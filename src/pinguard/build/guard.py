@@ -21,7 +21,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import platform as _platform
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -46,6 +45,7 @@ from pinguard.models import (
     Unmet,
 )
 from pinguard.policy.model import Policy
+from pinguard.target import host_platform
 
 STATE_SCHEMA = "pinguard/guard-state/v1"
 DEFAULT_STATE = "/var/lib/pinguard/state.json"
@@ -53,19 +53,6 @@ UPDATE_MODES = ("pass", "always", "never")
 #: Installed next to pinguard in a dedicated venv without being its requirements.
 _TOOLING = frozenset({"pip", "setuptools", "wheel"})
 _MAX_NAME = 300
-
-_ARCH = {
-    "x86_64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "i386": "386",
-    "i686": "386",
-    "armv7l": "arm",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
 
 
 class InvalidState(ConfigError):
@@ -103,14 +90,7 @@ class GuardOutcome:
     previous: GuardStep | None  # the last step the state held before this call
 
 
-# --------------------------------------------------------------------------- platform, paths
-
-
-def current_platform() -> Platform:
-    """The platform this interpreter runs on, as an image platform (linux/arm64, ...)."""
-    machine = _platform.machine().lower()
-    system = _platform.system().lower() or "linux"
-    return Platform(system, _ARCH.get(machine, machine))
+# --------------------------------------------------------------------------- paths
 
 
 def in_image(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str | None:
@@ -420,7 +400,7 @@ def run_guard(
     for path in exclude:
         if not path.startswith("/"):
             raise UsageError(f"--exclude needs an absolute in-image path, got {path!r}")
-    platform = platform or current_platform()
+    platform = platform or host_platform()
     state_file = host_path(state, root)
     previous = load_state(state_file)
     skip = {*own_paths(root), *(p.rstrip("/") or "/" for p in exclude), state}

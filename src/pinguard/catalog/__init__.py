@@ -13,7 +13,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 
 from pinguard.catalog import dpkg, python
-from pinguard.layers.walk import CAPTURE, HASH, SKIP, Selector
+from pinguard.layers.tar import CAPTURE, HASH, SKIP, Selector
 from pinguard.models import DebPackage, Distribution, Environment, Incomplete, Snapshot
 
 

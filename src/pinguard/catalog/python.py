@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from packaging.metadata import parse_email
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from pinguard.models import Distribution, Incomplete
+from pinguard.target import parse_requirement
 
 VERSION = "1"  # bump when parsing changes: it is part of the layer cache key
 
@@ -145,13 +145,6 @@ def _vkey(v: str) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=65536)
-def parse_requirement(text: str) -> Requirement | None:
-    try:
-        return Requirement(text)
-    except InvalidRequirement:
-        return None
-
-
 def _requires_txt(text: str) -> list[str]:
     """setuptools' requires.txt sections -> Requires-Dist strings with markers."""
     out: list[str] = []

@@ -40,7 +40,7 @@ FAIL_ON = {
 
 def parse_platform(text: str) -> Platform:
     """``--platform os/arch[/variant]``; a malformed value is a usage error (exit 2)."""
-    from pinguard.sources.manifest import parse_platform as parse
+    from pinguard.target import parse_platform as parse
 
     try:
         return parse(text)

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from pinguard.layers.walk import LayerAnalysis
+from pinguard.layers.analysis import LayerAnalysis
 
 
 def default_cache_dir() -> Path:

@@ -21,8 +21,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
-from pinguard.audit.diff import marker_environment
 from pinguard.models import Environment, Platform, Severity
+from pinguard.target import marker_environment
 
 
 @dataclass(frozen=True, slots=True)

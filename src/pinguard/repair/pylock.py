@@ -32,6 +32,7 @@ from pinguard.errors import ConfigError, ResolveError, UsageError
 from pinguard.models import DebPackage
 from pinguard.repair.constraints import ConstraintSet, header
 from pinguard.repair.resolve.index import IndexFetchError, IndexFile, SimpleIndex, TargetEnvironment
+from pinguard.target import platform_machine
 
 LOCK_VERSION = "1.0"
 DEFAULT_GLIBC = (2, 17)  # manylinux2014's baseline, when the image's glibc is unknown
@@ -116,7 +117,7 @@ def target_tags(target: TargetEnvironment, glibc: tuple[int, int] | None) -> tup
         raise UsageError(
             f"pinguard locks for linux images only (the image platform is {platform!s})"
         )
-    platforms = _platforms(platform.machine, glibc or DEFAULT_GLIBC)
+    platforms = _platforms(platform_machine(platform), glibc or DEFAULT_GLIBC)
     interpreter = f"cp{version[0]}{version[1]}"
     return (
         *tags.cpython_tags(version, platforms=platforms),

@@ -22,11 +22,9 @@ import uuid
 from dataclasses import dataclass
 
 from packageurl import PackageURL
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
 from pinguard import __version__
-from pinguard.audit.diff import marker_environment
 from pinguard.models import (
     AuditResult,
     ChangeKind,
@@ -37,6 +35,7 @@ from pinguard.models import (
     Snapshot,
     Step,
 )
+from pinguard.target import marker_environment, parse_requirement
 
 TOOL = "pinguard"
 # The namespace of pinguard's uuid5 serial numbers (itself uuid5 of the project's name).
@@ -229,9 +228,8 @@ def _edges(env: Environment, dist: Distribution, platform: Platform | None) -> t
     markers = marker_environment(env.python, platform)
     refs: set[str] = set()
     for raw in dist.requires_dist:
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement:
+        req = parse_requirement(raw)
+        if req is None:
             continue
         if req.marker is not None:
             try:

@@ -2,7 +2,7 @@
 
 A source resolves a reference to one image (manifest digest, platform, parsed config and
 the ordered list of layer blobs) and opens each blob as a raw byte stream, exactly as it is
-stored (compressed or not). Verification of digests and sizes happens in ``pinguard.layers.walk``
+stored (compressed or not). Verification of digests and sizes happens in ``pinguard.layers.blob``
 while the bytes stream by, so a source never needs to buffer or spool a blob.
 """
 

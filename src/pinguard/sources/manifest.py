@@ -4,22 +4,21 @@ Every transport that stores OCI or Docker v2 manifests (registries, OCI layouts,
 archives) ends up doing the same things: parse a JSON document that may be a manifest or an
 index (a Docker "manifest list"), pick one platform from an index, verify the bytes of a
 small blob it read whole, and turn one (manifest, config) pair into a ``ResolvedImage``.
-Those steps live here, free of any I/O, so each transport only has to fetch bytes. The
-default platform is linux plus this machine's architecture (``x86_64`` -> ``amd64``,
-``aarch64`` -> ``arm64``), as docker and skopeo choose it.
+Those steps live here, free of any I/O, so each transport only has to fetch bytes. What a
+platform string means and which platforms match is `pinguard.target`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import platform as _platform
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
 from pinguard.models import Platform
 from pinguard.sources.interface import LayerRef, ResolvedImage
+from pinguard.target import default_variant, platform_matches
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -32,49 +31,6 @@ DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
 MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
-
-_ARCH_ALIASES = {
-    "x86_64": "amd64",
-    "x86-64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "armv7l": "arm",
-    "armv6l": "arm",
-    "i386": "386",
-    "i686": "386",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
-# The variant an index entry without one is taken to have (containerd's normalisation).
-_DEFAULT_VARIANTS = {"arm64": "v8"}
-
-
-def normalize_arch(machine: str) -> str:
-    """Map ``uname -m`` style names (and GOARCH names) to GOARCH names."""
-    return _ARCH_ALIASES.get(machine.lower(), machine.lower())
-
-
-def default_platform() -> Platform:
-    """linux and this machine's architecture, in OCI (GOARCH) terms."""
-    machine = _platform.machine()
-    variant = ""
-    if machine.lower() in {"armv7l", "armv6l"}:
-        variant = "v7" if machine.lower() == "armv7l" else "v6"
-    return Platform(os="linux", architecture=normalize_arch(machine), variant=variant)
-
-
-def parse_platform(text: str) -> Platform:
-    """Parse ``os/arch[/variant]``; raise ``ValueError`` quoting the value when malformed."""
-    parts = text.strip().split("/")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise ValueError(f"invalid platform {text!r} (expected os/arch[/variant])")
-    return Platform(
-        os=parts[0].lower(),
-        architecture=normalize_arch(parts[1]),
-        variant=parts[2].lower() if len(parts) == 3 else "",
-    )
 
 
 def sha256_digest(data: bytes) -> str:
@@ -154,18 +110,6 @@ def platform_from_config(config: Mapping[str, Any]) -> Platform | None:
     )
 
 
-def platform_matches(wanted: Platform, have: Platform) -> bool:
-    """Same os and architecture; a wanted variant must match (``arm64`` implies ``v8``)."""
-    if wanted.os != have.os or normalize_arch(wanted.architecture) != normalize_arch(
-        have.architecture
-    ):
-        return False
-    if not wanted.variant:
-        return True
-    default = _DEFAULT_VARIANTS.get(normalize_arch(have.architecture), "")
-    return wanted.variant == (have.variant or default)
-
-
 def select_platform(
     index: Mapping[str, Any], wanted: Platform, what: str
 ) -> tuple[dict[str, Any], Platform]:
@@ -188,7 +132,7 @@ def select_platform(
         listing = ", ".join(sorted({str(p) for p in present})) or "none"
         raise ImageNotFound(f"{what} has no image for platform {wanted}; present: {listing}")
     for desc, plat in matches:
-        if plat.variant in ("", _DEFAULT_VARIANTS.get(normalize_arch(plat.architecture), "")):
+        if plat.variant in ("", default_variant(plat.architecture)):
             return desc, plat
     return matches[0]
 

@@ -22,6 +22,7 @@ from pinguard.models import Platform
 from pinguard.sources import manifest as mf
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.tarindex import TarIndex
+from pinguard.target import host_platform, platform_matches
 
 _DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")
 _MAX_DEPTH = 4
@@ -104,7 +105,7 @@ class _LayoutSource(ImageSource):
         )
         candidates = self._top_candidates(index)
         wanted = self.options.platform
-        target = wanted or mf.default_platform()
+        target = wanted or host_platform()
         notes: list[str] = []
         platform: Platform | None = None
         if len(candidates) > 1:
@@ -138,7 +139,7 @@ class _LayoutSource(ImageSource):
                 )
                 if platform is None:
                     platform = mf.check_single_platform(resolved.config, wanted, self.reference)
-                    if wanted is None and platform and not mf.platform_matches(target, platform):
+                    if wanted is None and platform and not platform_matches(target, platform):
                         notes.append(f"single-platform image is {platform}, not {target}")
                 return ResolvedImage(
                     reference=resolved.reference,

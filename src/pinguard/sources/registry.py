@@ -3,7 +3,7 @@
 ``RegistrySource`` fetches the manifest (OCI image manifest or index, Docker v2 schema2
 manifest or manifest list), picks one platform from an index, verifies every manifest it
 fetched by digest, reads and verifies the image config, and opens layer blobs as raw
-streams for ``pinguard.layers.walk`` to verify while they stream. Authentication follows the
+streams for ``pinguard.layers.blob`` to verify while they stream. Authentication follows the
 registry's ``WWW-Authenticate`` challenge: the Bearer token flow (tokens cached per scope,
 fetched with Basic credentials or an identity token when ``config.json`` has them, else
 anonymously) or plain Basic. Plain HTTP is used only for loopback hosts and hosts named
@@ -38,15 +38,9 @@ from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, Sou
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
-from pinguard.sources.manifest import (
-    default_platform as host_platform,
-)
-from pinguard.sources.manifest import (
-    descriptor_platform,
-    platform_from_config,
-    platform_matches,
-)
+from pinguard.sources.manifest import descriptor_platform, platform_from_config
 from pinguard.sources.reference import DockerReference, parse_reference
+from pinguard.target import host_platform, platform_matches
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from pinguard.audit.diff import marker_environment
 from pinguard.errors import ResolveError
 from pinguard.models import Platform
+from pinguard.target import marker_environment, platform_machine
 
 JSON_ACCEPT = (
     "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
@@ -68,7 +68,7 @@ class TargetEnvironment:
         """uv's ``--python-platform`` triple for the image platform, when linux."""
         if self.platform is None or self.platform.os != "linux":
             return None
-        machine = self.platform.machine
+        machine = platform_machine(self.platform)
         if machine in {"x86_64", "aarch64"}:
             return f"{machine}-unknown-linux-gnu"
         return None
@@ -535,7 +535,7 @@ def _wheel_fits(filename: str, target: TargetEnvironment) -> int:
         _n, _v, _b, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename:
         return 0
-    machine = target.platform.machine if target.platform else None
+    machine = platform_machine(target.platform) if target.platform else None
     mm = (target.major_minor or "").replace(".", "")
     best = 0
     for tag in tags:

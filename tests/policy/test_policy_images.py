@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -36,13 +36,14 @@ from tests.infra.build import (
     image_labels,
 )
 from tests.infra.index import IndexServer, serve_index
+from tests.infra.paths import REPO, SARIF_SCHEMA
 from tests.infra.tools import require_tool
 from tests.infra.wheels import WheelSpec, build_wheels, wheel_bytes
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).parents[1]
-SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
+T = TypeVar("T")
+
 TAG = "localhost/pinguard-test/policy-rules:latest"
 FINGERPRINT_LABEL = "io.pinguard.test.policy-rules"
 SITE = BASE_SITE_PACKAGES
@@ -290,7 +291,7 @@ def keys(run: Audit, *rules: str) -> set[tuple[str, str, str]]:
     }
 
 
-def only(found: list[dict[str, Any]]) -> dict[str, Any]:
+def only(found: list[T]) -> T:
     assert len(found) == 1, found
     return found[0]
 

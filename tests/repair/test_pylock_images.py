@@ -24,7 +24,7 @@ from tests.infra.scenario import SITE, Scenario
 
 pytestmark = pytest.mark.integration
 
-GB10 = Path(__file__).parents[1] / "policies" / "glm-serving-gb10.toml"
+GB10 = Path(__file__).parents[2] / "policies" / "glm-serving-gb10.toml"
 
 
 def cli(*argv: str) -> tuple[int, str]:

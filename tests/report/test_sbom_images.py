@@ -29,7 +29,7 @@ from tests.infra.scenario import SITE, VENV_SITE, Scenario
 
 pytestmark = pytest.mark.integration
 
-SPDX_SCHEMA = Path(__file__).parent / "data" / "spdx-schema-2.3.json"
+SPDX_SCHEMA = Path(__file__).parents[1] / "data" / "spdx-schema-2.3.json"
 
 
 def cli(*argv: str) -> tuple[int, str]:

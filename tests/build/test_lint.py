@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -17,8 +18,26 @@ from pinguard.report.lint import render
 C = "-c /c.txt"
 
 
-def hits(text: str, **kw: object) -> list[tuple[str, int]]:
-    return [(f.rule, f.line) for f in lint(parse(text), **kw)]
+class RuleOptions(TypedDict, total=False):
+    """A rule case's options: ``lint``'s keywords, plus ``escape`` for a backtick Dockerfile."""
+
+    escape: bool
+    pinned: list[str]
+    require_guard: bool
+    nightly_patterns: list[str]
+    ignore: list[str]
+
+
+def hits(text: str, options: RuleOptions | None = None) -> list[tuple[str, int]]:
+    o = options or RuleOptions()
+    findings = lint(
+        parse(text),
+        pinned=o.get("pinned"),
+        require_guard=o.get("require_guard", False),
+        nightly_patterns=o.get("nightly_patterns"),
+        ignore=o.get("ignore", ()),
+    )
+    return [(f.rule, f.line) for f in findings]
 
 
 @pytest.mark.parametrize(
@@ -79,7 +98,7 @@ def test_options_and_environment_fold_into_the_command() -> None:
     assert cmd.requirements == ("x==1",)
 
 
-RULE_CASES = [
+RULE_CASES: list[tuple[str, str, RuleOptions, list[tuple[str, int]]]] = [
     # (id, Dockerfile after "FROM a\n", kwargs, expected [(rule, line)])
     ("plain install", "RUN pip install x\n", {}, [("unconstrained-install", 2)]),
     ("-c", f"RUN pip install {C} x\n", {}, []),
@@ -315,12 +334,11 @@ RULE_CASES = [
     ("text", "kwargs", "expected"),
     [pytest.param(t, k, e, id=i) for i, t, k, e in RULE_CASES],
 )
-def test_rules(text: str, kwargs: dict[str, object], expected: list[tuple[str, int]]) -> None:
+def test_rules(text: str, kwargs: RuleOptions, expected: list[tuple[str, int]]) -> None:
     """Each rule fires, or not, on the line of the offending command."""
-    kwargs = dict(kwargs)
-    head = "# escape=`\nFROM a\n" if kwargs.pop("escape", False) else "FROM a\n"
+    head = "# escape=`\nFROM a\n" if kwargs.get("escape", False) else "FROM a\n"
     offset = 1 if head.startswith("#") else 0
-    got = hits(head + text, **kwargs)
+    got = hits(head + text, kwargs)
     assert got == [(rule, line + offset) for rule, line in expected]
 
 

@@ -11,6 +11,7 @@ the first step needs an index, and the runs are offline and quick.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.paths import REPO
 from tests.infra.tools import in_ci, require_tool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "pinguard tests",
     "GIT_AUTHOR_EMAIL": "tests@pinguard.invalid",
@@ -66,9 +68,7 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        import pre_commit  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pre_commit") is None:
         if in_ci():
             pytest.fail("pre-commit is not installed (pip install -e '.[test]')")
         pytest.skip("pre-commit is not installed")

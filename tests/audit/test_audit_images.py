@@ -16,11 +16,13 @@ from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult, ChangeKind
 from pinguard.sources.interface import SourceOptions
+from tests.infra.paths import AUDIT_SCHEMA
+from tests.infra.podman import PodmanService
 from tests.infra.scenario import Scenario
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = Path(__file__).parents[1] / "src/pinguard/schemas/audit-v1.schema.json"
+SCHEMA = AUDIT_SCHEMA
 TRANSPORTS = (
     "bad_image_oci",
     "bad_image_oci_zstd",
@@ -35,7 +37,7 @@ def _observed(
     result: AuditResult, index: int
 ) -> set[tuple[str, str, str, str | None, str | None, str | None]]:
     step = next(s for s in result.steps if s.index == index)
-    out = set()
+    out: set[tuple[str, str, str, str | None, str | None, str | None]] = set()
     for c in step.changes:
         cause = (
             f"{c.causes[0].package} {c.causes[0].version}: {c.causes[0].requirement}"
@@ -91,8 +93,8 @@ def test_every_transport_sees_the_silent_downgrade(
 
 
 def test_daemon_and_bare_reference(
-    scenario: Scenario, podman_api, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    scenario: Scenario, podman_api: PodmanService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """docker-daemon: over podman's Docker API, and a bare NAME:TAG that says it used the daemon."""
     options = AuditOptions(source=SourceOptions(docker_host=podman_api.docker_host))
     result = audit_image(f"docker-daemon:{scenario.bad.tag}", options=options)

@@ -30,6 +30,7 @@ from pinguard.repair.resolve import (
 )
 from tests.infra.build import build_image, mounted_image, remove_image
 from tests.infra.index import IndexServer
+from tests.infra.paths import POLICIES
 from tests.infra.scenario import (
     GOOD_STEPS,
     MAIN_WHEELS,
@@ -44,7 +45,7 @@ from tests.infra.tools import require_tool
 
 pytestmark = pytest.mark.integration
 
-GB10 = Path(__file__).parents[1] / "policies" / "glm-serving-gb10.toml"
+GB10 = POLICIES / "glm-serving-gb10.toml"
 NIGHTLY = "flashinfer-python==0.6.18.dev20261120"
 CONSTRAINED_TAG = "localhost/pinguard-test/glm-serving"
 
@@ -375,8 +376,8 @@ def test_uv_pyproject_keeps_comments_and_round_trips(
     doc = tomlkit.parse(new)
     assert tomlkit.dumps(doc) == new
     pins = [f"{n}=={v}" for n, v in emitted.pins().items()]
-    assert doc["tool"]["uv"]["constraint-dependencies"] == pins  # type: ignore[index]
-    assert doc["tool"]["uv"]["index-strategy"] == "unsafe-best-match"  # type: ignore[index]
+    assert doc["tool"]["uv"]["constraint-dependencies"] == pins
+    assert doc["tool"]["uv"]["index-strategy"] == "unsafe-best-match"
     assert "# pinguard: known-good set of" in new
 
     assert cli(*argv)[0] == 0
@@ -384,7 +385,7 @@ def test_uv_pyproject_keeps_comments_and_round_trips(
 
     assert cli(*argv, "--override")[0] == 0
     over = tomlkit.parse(pyproject.read_text())
-    assert over["tool"]["uv"]["override-dependencies"] == pins  # type: ignore[index]
+    assert over["tool"]["uv"]["override-dependencies"] == pins
     assert cli("constraints", "check", str(pyproject), "--policy", str(GB10)) == (0, "")
 
 

@@ -6,7 +6,6 @@ import datetime as _dt
 import json
 import xml.etree.ElementTree as ET
 from dataclasses import replace
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -16,10 +15,11 @@ from pinguard.policy import evaluate, parse_policy
 from pinguard.policy.model import RULES
 from pinguard.report import junit, markdown, sarif
 from pinguard.report.options import RenderOptions
-from tests.policy.factories import cause, change, dist, environment, result, step
+from tests.factories import cause, change, dist, environment, result, step
+from tests.infra.paths import SARIF_SCHEMA
 
 # The official OASIS schema, vendored verbatim (see tests/data/README.md).
-SCHEMA = json.loads((Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json").read_text())
+SCHEMA = json.loads(SARIF_SCHEMA.read_text())
 TODAY = _dt.date(2026, 6, 1)
 
 POLICY = """\

@@ -7,7 +7,7 @@ import pytest
 from pinguard.models import ChangeKind
 from pinguard.repair.plan import plan_install
 from pinguard.repair.resolve import IndexOptions, parse_command_line, parse_install_commands
-from tests.resolve.conftest import GOOD, PLATFORM, Indexes
+from tests.repair.conftest import GOOD, PLATFORM, Indexes
 
 
 def test_plan_predicts_the_downgrade(indexes: Indexes) -> None:
@@ -26,7 +26,9 @@ def test_plan_predicts_the_downgrade(indexes: Indexes) -> None:
     plan = plan_install(
         GOOD, command, index=IndexOptions(index_url=indexes.main.url), platform=PLATFORM
     )
-    kinds = {c.name: (c.kind, c.before, c.after) for c in plan.changes}
+    kinds: dict[str, tuple[ChangeKind, str | None, str | None]] = {
+        c.name: (c.kind, c.before, c.after) for c in plan.changes
+    }
     assert kinds["nvidia-nccl-cu13"] == (ChangeKind.DOWNGRADED, "2.30.3", "2.29.7")
     assert kinds["nvidia-cutlass-dsl"] == (ChangeKind.DOWNGRADED, "4.3.0", "4.2.1")
     assert kinds["torch"] == (ChangeKind.UPGRADED, "2.11.0+cu130", "2.12.1")

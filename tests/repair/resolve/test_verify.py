@@ -14,7 +14,7 @@ from pinguard.repair.resolve.explain import explain_failure, facts_from_uv
 from pinguard.repair.resolve.index import SimpleIndex
 from tests.infra.index import serve_index
 from tests.infra.wheels import WheelSpec, build_wheels
-from tests.resolve.conftest import PLATFORM, Indexes
+from tests.repair.conftest import PLATFORM, Indexes
 
 TARGET = TargetEnvironment("3.12", PLATFORM)
 WHOLE = ["nvidia-cutlass-dsl==4.3.0", "nvidia-nccl-cu13==2.30.3", "torch==2.11.0+cu130"]

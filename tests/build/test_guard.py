@@ -284,6 +284,8 @@ def test_options(root: Path, policy_file: Path, argv: list[str], code: int) -> N
 
 def test_state_round_trip() -> None:
     """The state file text parses back to the same state and is stable."""
+    from packaging.utils import NormalizedName
+
     from pinguard.models import Distribution, Environment
 
     state = GuardState(
@@ -292,7 +294,7 @@ def test_state_round_trip() -> None:
             Environment(
                 "/x/site-packages",
                 "3.11",
-                (Distribution("a", "1.0", "/x/site-packages/a-1.0.dist-info"),),
+                (Distribution(NormalizedName("a"), "1.0", "/x/site-packages/a-1.0.dist-info"),),
             ),
         ),
         unmet=frozenset({("/x/site-packages", "a", "b>=1")}),

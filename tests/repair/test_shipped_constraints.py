@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pinguard.cli import main
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 GB10 = ROOT / "policies" / "glm-serving-gb10.toml"
 CU13 = ROOT / "constraints" / "glm-serving-cu13.txt"
 

@@ -14,7 +14,7 @@ from pinguard.errors import UsageError
 from pinguard.models import AuditResult, Finding, Severity, Snapshot
 from pinguard.policy.effective import ForbiddenRange
 from pinguard.repair import constraints as emit
-from tests.resolve.conftest import ENV, bad_result, dist
+from tests.repair.conftest import ENV, bad_result, dist
 
 
 def test_constraints_pin_the_pre_downgrade_versions() -> None:
@@ -96,7 +96,7 @@ def test_pyproject_round_trip_keeps_comments(tmp_path: Path, override: bool) -> 
         assert kept in new
     doc = tomlkit.parse(new)
     key = "override-dependencies" if override else "constraint-dependencies"
-    assert doc["tool"]["uv"][key] == cs.lines()  # type: ignore[index]
+    assert doc["tool"]["uv"][key] == cs.lines()
     assert tomlkit.dumps(tomlkit.parse(new)) == new
     again = emit.update_pyproject(new, cs, override=override)
     assert again == new  # idempotent
@@ -108,7 +108,7 @@ def test_pyproject_without_tool_table(tmp_path: Path) -> None:
     assert (
         tomlkit.parse(new)["tool"]["uv"]["constraint-dependencies"][0]
         == "nvidia-cutlass-dsl==4.3.0"
-    )  # type: ignore[index]
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from pinguard.cli import main
-
-POLICIES = Path(__file__).resolve().parents[2] / "policies"
+from tests.infra.paths import POLICIES
 
 
 def test_shipped_policies_check_clean(capsys: pytest.CaptureFixture[str]) -> None:

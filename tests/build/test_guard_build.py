@@ -11,11 +11,12 @@ import pytest
 
 from tests.infra.build import BuildResult, build_image, mounted_image, remove_image
 from tests.infra.index import IndexServer
+from tests.infra.paths import REPO
 from tests.infra.scenario import GOOD_STEPS, STEPS, ScenarioStep
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 GUARD = "python3 /opt/pinguard.pyz guard --policy /etc/pinguard/policy.toml"
 POLICY = """\
 [[pin]]

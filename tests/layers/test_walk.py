@@ -1,4 +1,4 @@
-"""The hand-written tar walk in ``pinguard.layers.walk`` against ``tarfile`` on the same inputs.
+"""The hand-written tar walk in ``pinguard.layers.tar`` against ``tarfile`` on the same inputs.
 
 Each archive is written by ``tarfile`` (ustar with prefixes, GNU long names and links, PAX long
 paths, link paths and sizes, hand-patched base-256 sizes, hard and symbolic links, directories,
@@ -23,16 +23,9 @@ import pytest
 import zstandard
 
 from pinguard.errors import BlobVerificationError, LayerError
-from pinguard.layers import walk as layers
-from pinguard.layers.walk import (
-    CAPTURE,
-    HASH,
-    SKIP,
-    LayerAnalysis,
-    analyze_stream,
-    normalize,
-    walk_tar,
-)
+from pinguard.layers import blob
+from pinguard.layers.analysis import LayerAnalysis, analyze_stream
+from pinguard.layers.tar import CAPTURE, HASH, SKIP, normalize, walk_tar
 
 MTIME = 1764374400
 
@@ -188,9 +181,9 @@ FORMATS = {
 def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small and odd chunk sizes put headers and members across every kind of boundary."""
     if request.param is not None:
-        monkeypatch.setattr(layers, "CHUNK", request.param)
-        monkeypatch.setattr(layers, "IN_CHUNK", request.param)
-        monkeypatch.setattr(layers, "OUT_CHUNK", request.param * 3 + 1)
+        monkeypatch.setattr(blob, "CHUNK", request.param)
+        monkeypatch.setattr(blob, "IN_CHUNK", request.param)
+        monkeypatch.setattr(blob, "OUT_CHUNK", request.param * 3 + 1)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))

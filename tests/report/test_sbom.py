@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from packaging.utils import canonicalize_name
 
 from pinguard.catalog.dpkg import os_release, parse_os_release
 from pinguard.models import (
@@ -25,9 +26,10 @@ from pinguard.models import (
 )
 from pinguard.report import cyclonedx, spdx
 from pinguard.report.sbom import deb_purl, image_name, sbom_facts
-from tests.policy.factories import ENV, SYSTEM, change, step
+from tests.factories import ENV, SYSTEM, change, step
 
-SPDX_SCHEMA = Path(__file__).parent / "data" / "spdx-schema-2.3.json"
+NCCL = canonicalize_name("nvidia-nccl-cu13")
+SPDX_SCHEMA = Path(__file__).parents[1] / "data" / "spdx-schema-2.3.json"
 OS_RELEASE = b"""PRETTY_NAME="Ubuntu 24.04.3 LTS"
 NAME="Ubuntu"
 VERSION_ID="24.04"
@@ -45,7 +47,7 @@ def result(
     digest: str | None = "sha256:" + "cd" * 32, reference: str = "docker://reg.example/glm:1"
 ) -> AuditResult:
     torch = Distribution(
-        name="torch",  # type: ignore[arg-type]
+        name=canonicalize_name("torch"),
         raw_version="2.12.1",
         metadata_path=f"{ENV}/torch-2.12.1.dist-info",
         requires_dist=(
@@ -64,11 +66,9 @@ def result(
             (f"{ENV}/torch-2.12.1.dist-info/RECORD", ""),
         ),
     )
-    nccl = Distribution("nvidia-nccl-cu13", "2.29.7", f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info")  # type: ignore[arg-type]
-    sympy = Distribution("sympy", "1.14.0", f"{ENV}/sympy-1.14.0.dist-info")  # type: ignore[arg-type]
-    system_nccl = Distribution(
-        "nvidia-nccl-cu13", "2.30.3", f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info"
-    )  # type: ignore[arg-type]
+    nccl = Distribution(NCCL, "2.29.7", f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info")
+    sympy = Distribution(canonicalize_name("sympy"), "1.14.0", f"{ENV}/sympy-1.14.0.dist-info")
+    system_nccl = Distribution(NCCL, "2.30.3", f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info")
     final = Snapshot(
         environments=(
             Environment(ENV, "3.12.7", (nccl, sympy, torch)),

@@ -10,14 +10,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 from examples.make_demo_image import Dist, Layer, build_demo, demo_layers, write_oci_archive
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from pinguard.audit.diff import diff_environments, unmet_requirements
 from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
 from pinguard.cli import main
-from pinguard.models import ChangeKind, Distribution, Environment, Platform
+from pinguard.models import AuditResult, Change, ChangeKind, Distribution, Environment, Platform
+from tests.infra.paths import AUDIT_SCHEMA
 
-SCHEMA = Path(__file__).parents[1] / "src/pinguard/schemas/audit-v1.schema.json"
+SCHEMA = AUDIT_SCHEMA
 
 
 @pytest.fixture
@@ -27,7 +29,7 @@ def demo(tmp_path: Path) -> str:
     return f"oci-archive:{path}:t"
 
 
-def _changes(result, index):  # type: ignore[no-untyped-def]
+def _changes(result: AuditResult, index: int) -> dict[str, Change]:
     step = next(s for s in result.steps if s.index == index)
     return {c.name: c for c in step.changes}
 
@@ -203,9 +205,9 @@ def test_opaque_whiteout_hides_lower_layers(tmp_path: Path) -> None:
 
 def _dist(name: str, version: str, *requires: str, fp: str = "x") -> Distribution:
     return Distribution(
-        name=name,
+        name=canonicalize_name(name),
         raw_version=version,
-        metadata_path=f"/e/{name}-{version}.dist-info",  # type: ignore[arg-type]
+        metadata_path=f"/e/{name}-{version}.dist-info",
         requires_dist=requires,
         fingerprint=fp,
     )

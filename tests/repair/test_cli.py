@@ -10,7 +10,7 @@ import pytest
 
 from pinguard.cli import main
 from pinguard.models import AuditResult
-from tests.resolve.conftest import Indexes, bad_result
+from tests.repair.conftest import Indexes, bad_result
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from pathlib import Path
 import jsonschema
 
 from pinguard.cli import main
+from tests.infra.paths import SARIF_SCHEMA
 
-SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+SCHEMA = json.loads(SARIF_SCHEMA.read_text())
 
 
 def test_lint_sarif_is_valid_and_points_at_the_line(tmp_path: Path) -> None:

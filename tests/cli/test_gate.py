@@ -11,11 +11,12 @@ import pytest
 
 from pinguard.cli import main
 from tests.infra.build import BASE_IMAGE
+from tests.infra.paths import SARIF_SCHEMA
 from tests.infra.scenario import STEPS, Scenario, dockerfile
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+SCHEMA = json.loads(SARIF_SCHEMA.read_text())
 POLICY = """\
 [[pin]]
 package = "nvidia-nccl-cu13"

@@ -1,0 +1,250 @@
+"""Raw layer blobs: verifying them while they stream, and inflating them.
+
+Owns the byte level below the tar walk. ``VerifyingReader`` hashes and counts a blob as it is
+read (optionally a few chunks ahead in a prefetch thread) and ``finish`` raises
+``BlobVerificationError`` on a digest or size mismatch at the end of the stream, never a
+partial pass. ``inflated_chunks`` sniffs the magic bytes and yields the decompressed tar in
+large chunks: gzip (concatenated members allowed) through isal when present, else zlib; zstd
+(several frames allowed) through zstandard; anything else as plain tar. Memory stays flat:
+at most a few chunks are held at once whatever the blob size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, Protocol, cast
+
+from pinguard.errors import BlobVerificationError
+
+try:  # isal inflates about twice as fast as zlib; optional on non-CPython
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # pragma: no cover - exercised only without isal
+    _isal_zlib = None  # type: ignore[assignment]
+
+_ISAL_ERRORS: tuple[type[BaseException], ...] = (
+    (cast(type[BaseException], _isal_zlib.error),) if _isal_zlib is not None else ()
+)
+#: What a corrupt compressed stream raises from the inflaters (zstandard's errors aside).
+DECOMPRESS_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, *_ISAL_ERRORS)
+
+CHUNK = 1 << 20
+PREFETCH_CHUNKS = 8  # raw chunks fetched and hashed ahead of the inflater
+IN_CHUNK = 1 << 20  # compressed bytes per read from the blob stream
+OUT_CHUNK = 4 << 20  # decompressed bytes per chunk at most (memory stays flat)
+
+
+class Readable(Protocol):
+    """The one method the inflaters and the tar walk need from a stream."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+class VerifyingReader:
+    """Reads a raw blob while hashing it; ``finish`` drains the rest and checks it.
+
+    With ``prefetch`` a background thread fetches and hashes the blob a few chunks ahead
+    (socket reads and ``hashlib`` release the GIL), so fetching and hashing overlap with
+    inflating and walking in the consuming thread. The queue is bounded, so memory stays
+    flat whatever the blob size.
+    """
+
+    def __init__(
+        self,
+        raw: BinaryIO,
+        digest: str | None,
+        size: int | None,
+        progress: Callable[[int], None] | None = None,
+        *,
+        prefetch: bool = False,
+    ) -> None:
+        self._raw = raw
+        self._digest = digest
+        self._size = size
+        self._progress = progress
+        algo = digest.split(":", 1)[0] if digest else "sha256"
+        if algo not in {"sha256", "sha512"}:
+            raise BlobVerificationError(f"unsupported digest algorithm in {digest!r}")
+        self._hash = hashlib.new(algo)
+        self.count = 0
+        self._pending = b""
+        self._queue: queue.Queue[bytes | BaseException | None] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if prefetch:
+            self._queue = queue.Queue(maxsize=PREFETCH_CHUNKS)
+            self._thread = threading.Thread(target=self._pump, name="blob-prefetch", daemon=True)
+            self._thread.start()
+
+    def _take(self, n: int) -> bytes:
+        """Read, hash and count up to ``n`` raw bytes (in whichever thread fetches)."""
+        data = self._raw.read(n)
+        if data:
+            self._hash.update(data)
+            self.count += len(data)
+            if self._size is not None and self.count > self._size:
+                raise BlobVerificationError(
+                    f"blob {self._digest} is larger than its declared size {self._size}"
+                )
+            if self._progress is not None:
+                self._progress(len(data))
+        return data
+
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        assert self._queue is not None
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _pump(self) -> None:
+        try:
+            while not self._stop.is_set():
+                data = self._take(CHUNK)
+                if not data:
+                    break
+                if not self._put(data):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the consuming thread
+            self._put(exc)
+
+    def read(self, n: int = -1, /) -> bytes:
+        if self._queue is None:
+            return self._take(n)
+        if not self._pending:
+            item = self._queue.get()
+            if item is None:
+                self._queue.put(None)  # stay at EOF for later reads
+                return b""
+            if isinstance(item, BaseException):
+                self._queue.put(item)
+                raise item
+            self._pending = item
+        if n < 0 or n >= len(self._pending):
+            data, self._pending = self._pending, b""
+        else:
+            data, self._pending = self._pending[:n], self._pending[n:]
+        return data
+
+    def close(self) -> None:
+        """Stop the prefetch thread (if any) without waiting for the rest of the blob."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def finish(self) -> str:
+        """Drain what is left, then verify size and digest; return the computed digest."""
+        while self.read(CHUNK):
+            pass
+        if self._thread is not None:
+            self._thread.join()
+        got = f"{self._hash.name}:{self._hash.hexdigest()}"
+        if self._size is not None and self.count != self._size:
+            raise BlobVerificationError(
+                f"blob {self._digest}: read {self.count} bytes, expected {self._size}"
+            )
+        if self._digest is not None and got != self._digest:
+            raise BlobVerificationError(f"blob digest mismatch: expected {self._digest}, got {got}")
+        return got
+
+
+class _PeekReader:
+    """Lets the decompressor be chosen from the first bytes without losing them."""
+
+    def __init__(self, raw: Readable, head: bytes) -> None:
+        self._raw = raw
+        self._head = head
+
+    def read(self, n: int = -1, /) -> bytes:
+        if self._head:
+            if n < 0:
+                data = self._head + self._raw.read()
+                self._head = b""
+                return data
+            data, self._head = self._head[:n], self._head[n:]
+            return data
+        return self._raw.read(n)
+
+
+def read_chunks(reader: Readable, size: int | None = None) -> Iterator[bytes]:
+    """``reader``'s bytes in chunks of ``size`` (default ``CHUNK``, looked up at call time)."""
+    size = CHUNK if size is None else size
+    while True:
+        chunk = reader.read(size)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _gunzip_chunks(raw: Readable, data: bytes) -> Iterator[bytes]:
+    """Inflate concatenated gzip members (zero padding between them allowed, as in gzip)."""
+    lib: Any = _isal_zlib if _isal_zlib is not None else zlib
+    d = lib.decompressobj(31)
+    fed = False
+    while True:
+        if not data:
+            data = raw.read(IN_CHUNK)
+            if not data:
+                if fed:
+                    raise EOFError("compressed stream ended before the end-of-stream marker")
+                return
+        fed = True
+        out = d.decompress(data, OUT_CHUNK)
+        if out:
+            yield out
+        while len(out) == OUT_CHUNK and not d.eof:  # more output may be pending
+            out = d.decompress(d.unconsumed_tail, OUT_CHUNK)
+            if out:
+                yield out
+        if d.eof:
+            data = d.unused_data.lstrip(b"\0")
+            d = lib.decompressobj(31)
+            fed = False
+            while not data:
+                more = raw.read(IN_CHUNK)
+                if not more:
+                    return
+                data = more.lstrip(b"\0")
+        else:
+            data = d.unconsumed_tail
+
+
+def _unzstd_chunks(raw: Readable, data: bytes) -> Iterator[bytes]:
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        cast(Any, _PeekReader(raw, data)), read_size=IN_CHUNK, read_across_frames=True
+    )
+    while True:
+        out = reader.read(OUT_CHUNK)
+        if not out:
+            return
+        yield out
+
+
+def inflated_chunks(raw: Readable) -> Iterator[bytes]:
+    """The decompressed bytes of ``raw`` (gzip, zstd or plain, sniffed) in large chunks."""
+    head = raw.read(IN_CHUNK)
+    while 0 < len(head) < 4:  # short reads from a socket-like source
+        more = raw.read(IN_CHUNK)
+        if not more:
+            break
+        head += more
+    if head[:2] == b"\x1f\x8b":
+        return _gunzip_chunks(raw, head)
+    if head[:4] == b"\x28\xb5\x2f\xfd":
+        return _unzstd_chunks(raw, head)
+
+    def plain() -> Iterator[bytes]:
+        if head:
+            yield head
+        yield from read_chunks(raw, IN_CHUNK)
+
+    return plain()

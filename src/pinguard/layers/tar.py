@@ -1,0 +1,319 @@
+"""The tar header walk: members of an uncompressed layer tar, read in one pass.
+
+Owns the 512-byte header format as layers use it: ustar names with prefixes, GNU long names
+and links, PAX path, linkpath and size records, GNU base-256 numbers, header checksums
+(checked as ``tarfile`` checks them). It is tested against ``tarfile`` on the same inputs and
+is several times faster than ``tarfile``'s stream mode, because members nobody asked for are
+passed over by moving a cursor inside the decompressed chunk. A ``Selector`` says, per
+regular file, whether to capture its bytes, hash them or skip them; a corrupt header or a
+truncated stream raises ``LayerError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import posixpath
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from pinguard.errors import LayerError
+from pinguard.layers.blob import Readable, read_chunks
+
+BLOCK = 512
+
+# Member kinds a selector may ask for.
+SKIP = 0
+CAPTURE = 1  # keep the bytes (small metadata files)
+HASH = 2  # keep only the sha256 of the content (RECORD verification)
+
+Selector = Callable[[str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One tar member as the header walk sees it."""
+
+    path: str  # normalised absolute path
+    type: bytes  # tar typeflag: b"0" regular, b"5" dir, b"2" symlink, b"1" hardlink, ...
+    size: int
+    linkname: str
+    data: bytes | None = None  # CAPTURE
+    digest: str | None = None  # HASH
+
+
+def normalize(path: str) -> str:
+    """'./usr//lib/' -> '/usr/lib'; tar paths are relative to the root."""
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def _number(field_: bytes) -> int:
+    if field_ and field_[0] & 0x80:  # GNU base-256 for large values
+        value = int.from_bytes(field_[1:], "big")
+        if field_[0] & 0x40:
+            value -= 1 << (8 * (len(field_) - 1))
+        return value
+    text = field_.split(b"\0", 1)[0].strip()
+    if not text:
+        return 0
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise LayerError(f"bad number in tar header: {field_!r}") from None
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.find(b" ", pos)
+        if space < 0:
+            break
+        length = int(data[pos:space])
+        if length <= 0:
+            raise LayerError("bad PAX record length")
+        record = data[space + 1 : pos + length - 1]
+        key, _, value = record.partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return out
+
+
+class Chunks:
+    """Decompressed chunks with a cursor: what the tar walk reads from.
+
+    Members that fit in the current chunk are skipped by moving ``pos``; nothing is joined
+    or copied except a header or a captured file that straddles two chunks.
+    """
+
+    __slots__ = ("buf", "it", "pos", "total")
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.it = chunks
+        self.buf = b""
+        self.pos = 0
+        self.total = 0
+
+    def _next(self) -> bytes:
+        for chunk in self.it:
+            if chunk:
+                self.total += len(chunk)
+                return chunk
+        return b""
+
+    def take(self, n: int) -> bytes:
+        """The next ``n`` bytes (fewer only at the end of the stream)."""
+        end = self.pos + n
+        if end <= len(self.buf):
+            data = self.buf[self.pos : end]
+            self.pos = end
+            return data
+        parts = [self.buf[self.pos :]]
+        have = len(parts[0])
+        while have < n:
+            chunk = self._next()
+            if not chunk:
+                break
+            need = n - have
+            if len(chunk) > need:
+                parts.append(chunk[:need])
+                self.buf = chunk
+                self.pos = need
+                return b"".join(parts)
+            parts.append(chunk)
+            have += len(chunk)
+        self.buf = b""
+        self.pos = 0
+        return b"".join(parts)
+
+    def skip(self, n: int, sink: Callable[[memoryview], object] | None = None) -> bool:
+        """Pass over ``n`` bytes (feeding them to ``sink``); False if the stream ends first."""
+        avail = len(self.buf) - self.pos
+        if n <= avail:
+            if sink is not None:
+                sink(memoryview(self.buf)[self.pos : self.pos + n])
+            self.pos += n
+            return True
+        if sink is not None and avail > 0:
+            sink(memoryview(self.buf)[self.pos :])
+        n -= avail
+        while True:
+            chunk = self._next()
+            if not chunk:
+                self.buf = b""
+                self.pos = 0
+                return n == 0
+            if len(chunk) >= n:
+                if sink is not None:
+                    sink(memoryview(chunk)[:n])
+                self.buf = chunk
+                self.pos = n
+                return True
+            if sink is not None:
+                sink(memoryview(chunk))
+            n -= len(chunk)
+
+    def drain(self) -> None:
+        self.buf = b""
+        self.pos = 0
+        while self._next():
+            pass
+
+
+_ZERO_BLOCK = bytes(BLOCK)
+_REGULAR = (b"0", b"\0", b"7")
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
+_META = (b"x", b"g", b"L", b"K")
+
+
+def _path(name: str) -> str:
+    """``normalize`` with a fast path for the usual 'usr/lib/x' names."""
+    if name and name[0] not in "./" and "//" not in name and "/." not in name and name[-1] != "/":
+        return "/" + name
+    return normalize(name)
+
+
+def _checksum_ok(header: bytes) -> bool:
+    """The header checksum, as tarfile checks it (unsigned or signed byte sums)."""
+    field_ = header[148:156]
+    if header[154] in (0, 32):
+        try:
+            stored = int(field_[:6], 8)
+        except ValueError:
+            stored = _number(field_)
+    else:
+        stored = _number(field_)
+    # adler32's low half is 1 + sum(bytes) mod 65521: a C-speed byte sum. A header whose
+    # stored sum is off by exactly 65521 slips through; the blob digest still covers it.
+    unsigned = (zlib.adler32(header) & 0xFFFF) - 1 - sum(field_) + 256
+    if (stored - unsigned) % 65521 == 0:
+        return True
+    exact = sum(header) - sum(field_) + 256
+    signed = (
+        exact - 256 * sum(1 for b in header if b >= 128) + 256 * sum(1 for b in field_ if b >= 128)
+    )
+    return stored in (exact, signed)
+
+
+def walk_members(
+    src: Chunks, select: Selector, everything: bool, counter: list[int]
+) -> Iterator[Member]:
+    """The tar walk. With ``everything`` false only members ``select`` keeps and whiteout
+    candidates are yielded (the rest are counted in ``counter[0]`` and passed over)."""
+    pending: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+    members = 0
+    try:
+        while True:
+            buf = src.buf
+            pos = src.pos
+            end = pos + BLOCK
+            if end <= len(buf):
+                header = buf[pos:end]
+                src.pos = end
+            else:
+                header = src.take(BLOCK)
+                if len(header) < BLOCK:
+                    if not header:
+                        return  # tolerated: no end-of-archive blocks
+                    raise LayerError("layer tar ends inside a header (truncated)")
+            if header == _ZERO_BLOCK:
+                src.drain()
+                return
+            if not _checksum_ok(header):
+                raw_name = header[0:100].split(b"\0", 1)[0]
+                raise LayerError(f"bad tar header checksum (header names {raw_name!r})")
+            typeflag = header[156:157]
+            if header[135] in (0, 32):
+                try:
+                    size = int(header[124:135], 8)
+                except ValueError:
+                    size = _number(header[124:136])
+            else:
+                size = _number(header[124:136])
+            padded = (size + 511) & ~511
+            if typeflag in _META:
+                data = src.take(padded)[:size]
+                if len(data) < size:
+                    raise LayerError("layer tar ends inside an extended header (truncated)")
+                if typeflag == b"x":
+                    pending.update(_pax(data))
+                elif typeflag == b"L":
+                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif typeflag == b"K":
+                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                continue  # "g" (global PAX) carries nothing we use
+            members += 1
+            nul = header.find(0, 0, 100)
+            name_b = header[:nul] if nul >= 0 else header[:100]
+            if header[345] and header[257:263] == b"ustar\x00":
+                prefix = header[345:500].split(b"\0", 1)[0]
+                name_b = prefix + b"/" + name_b
+            regular = typeflag in _REGULAR
+            if typeflag in _NO_DATA:
+                padded = 0  # links, devices, dirs and fifos carry no data (as tarfile reads them)
+            if (
+                not everything
+                and not regular
+                and long_name is None
+                and not pending
+                and b".wh." not in name_b
+            ):
+                # a directory, link or device that cannot be a whiteout: nothing to keep
+                end = src.pos + padded
+                if end <= len(src.buf):
+                    src.pos = end
+                elif not src.skip(padded):
+                    raise LayerError("layer tar ends inside a member (truncated)")
+                continue
+            name = long_name if long_name is not None else name_b.decode("utf-8", "surrogateescape")
+            link_b: str | None = long_link
+            if pending:
+                name = pending.get("path", name)
+                if "linkpath" in pending:
+                    link_b = pending["linkpath"]
+                if "size" in pending:
+                    size = int(pending["size"])
+                    padded = 0 if typeflag in _NO_DATA else (size + 511) & ~511
+                pending = {}
+            long_name = long_link = None
+            path = _path(name)
+            want = select(path) if regular else SKIP
+            if want == SKIP:
+                end = src.pos + padded
+                if end <= len(src.buf):
+                    src.pos = end
+                elif not src.skip(padded):
+                    raise LayerError("layer tar ends inside a member (truncated)")
+                if not everything and ".wh." not in path:
+                    continue
+                data_out: bytes | None = None
+                digest: str | None = None
+            elif want == CAPTURE:
+                data_out = src.take(padded)[:size] if padded != size else src.take(size)
+                if len(data_out) < size:
+                    raise LayerError(f"layer tar ends inside {path!r} (truncated)")
+                digest = None
+            else:  # HASH
+                h = hashlib.sha256()
+                if not src.skip(size, h.update) or not src.skip(padded - size):
+                    raise LayerError("layer tar ends inside a member (truncated)")
+                b64 = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+                data_out = None
+                digest = f"sha256={b64}"
+            if link_b is None:
+                link_b = header[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            yield Member(path, typeflag, size, link_b, data=data_out, digest=digest)
+    finally:
+        counter[0] += members
+
+
+def walk_tar(reader: Readable, select: Selector) -> Iterator[Member]:
+    """Yield every member of an uncompressed tar stream, reading each header once.
+
+    ``select(path)`` says whether to capture the member's bytes, hash them, or skip them.
+    Raises ``LayerError`` on a corrupt header or a truncated stream.
+    """
+    return walk_members(Chunks(read_chunks(reader)), select, True, [0])

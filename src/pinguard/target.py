@@ -1,0 +1,156 @@
+"""What pinguard judges for: platforms, the PEP 508 marker environment, requirement parsing.
+
+Owns the architecture vocabulary in both directions (``uname -m`` and GOARCH spellings such
+as ``x86_64``/``amd64`` and ``aarch64``/``arm64`` -> the OCI architecture; an OCI
+architecture -> the ``platform_machine`` a Python there reports), parsing ``os/arch[/variant]``,
+matching a wanted platform with an image's (``arm64`` implies variant ``v8``), this machine's
+platform as docker and skopeo choose it, and the marker values of a CPython of a given version
+on a given platform (what ``python_version == "3.11"`` or ``platform_machine == "aarch64"``
+means for an image). Requirement strings are parsed here too, so every stage reads
+``Requires-Dist`` the same way. `Platform` itself stays a plain value in `pinguard.models`
+beside the other values it travels with (``ImageInfo``, ``ResolvedImage``); this module holds
+what is known about it. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+
+from pinguard.errors import InvalidPlatform
+from pinguard.models import Platform
+
+#: ``uname -m`` and GOARCH spellings -> the OCI (GOARCH) architecture.
+ARCH_ALIASES: dict[str, str] = {
+    "x86_64": "amd64",
+    "x86-64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv8": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "arm": "arm",
+    "i386": "386",
+    "i686": "386",
+    "386": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+#: OCI architecture -> the ``platform_machine`` (``uname -m``) a Python on it reports.
+MACHINES: dict[str, str] = {
+    "amd64": "x86_64",
+    "arm64": "aarch64",
+    "386": "i686",
+    "arm": "armv7l",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+#: The variant an image without one is taken to have (containerd's normalisation).
+DEFAULT_VARIANTS: dict[str, str] = {"arm64": "v8"}
+#: ``uname -m`` values that name a variant of ``arm`` too.
+_MACHINE_VARIANTS = {"armv7l": "v7", "armv6l": "v6"}
+
+
+# --------------------------------------------------------------------------- platforms
+
+
+def normalize_arch(arch: str) -> str:
+    """The OCI (GOARCH) name of ``arch`` (``x86_64`` -> ``amd64``); unknown names lowercased."""
+    return ARCH_ALIASES.get(arch.lower(), arch.lower())
+
+
+def platform_machine(platform: Platform) -> str:
+    """The ``platform_machine`` marker value of a Python on ``platform`` (amd64 -> x86_64)."""
+    arch = normalize_arch(platform.architecture)
+    return MACHINES.get(arch, arch)
+
+
+def host_platform() -> Platform:
+    """linux and this machine's architecture, in OCI terms, as docker and skopeo choose it."""
+    machine = _platform.machine().lower()
+    return Platform(
+        os="linux",
+        architecture=normalize_arch(machine),
+        variant=_MACHINE_VARIANTS.get(machine, ""),
+    )
+
+
+def parse_platform(text: str) -> Platform:
+    """Parse ``os/arch[/variant]`` (``linux/aarch64`` -> linux/arm64).
+
+    Raises `InvalidPlatform` (a ``ValueError``) quoting ``text`` when it is malformed.
+    """
+    parts = text.strip().split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise InvalidPlatform(f"invalid platform {text!r} (expected os/arch[/variant])")
+    return Platform(
+        os=parts[0].lower(),
+        architecture=normalize_arch(parts[1]),
+        variant=parts[2].lower() if len(parts) == 3 else "",
+    )
+
+
+def default_variant(architecture: str) -> str:
+    """The variant an image of ``architecture`` without one has (arm64 -> v8, else "")."""
+    return DEFAULT_VARIANTS.get(normalize_arch(architecture), "")
+
+
+def platform_matches(wanted: Platform, have: Platform) -> bool:
+    """Same os and architecture; a wanted variant must match (``arm64`` implies ``v8``)."""
+    if wanted.os != have.os:
+        return False
+    if normalize_arch(wanted.architecture) != normalize_arch(have.architecture):
+        return False
+    return not wanted.variant or wanted.variant == (
+        have.variant or default_variant(have.architecture)
+    )
+
+
+# --------------------------------------------------------------------------- markers
+
+
+def marker_environment(python: str | None, platform: Platform | None) -> dict[str, str]:
+    """The PEP 508 marker values of an installed CPython ``python`` on ``platform``.
+
+    ``python`` is ``3.11`` or ``3.11.2``: ``python_version`` is always major.minor and
+    ``python_full_version`` the full version (``3.11.0`` when only major.minor is known).
+    ``extra`` is empty, so ``extra == "x"`` markers are inactive, as they are for what is
+    installed. What is not known (no Python version, no platform, as for a directory on disk)
+    takes this machine's value, which is right for ``dir:`` and the in-build guard.
+    """
+    values: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    values.update(implementation_name="cpython", platform_python_implementation="CPython", extra="")
+    if python:
+        parts = python.split(".")
+        short = ".".join(parts[:2])
+        full = python if len(parts) >= 3 else f"{short}.0"
+        values.update(python_version=short, python_full_version=full, implementation_version=full)
+    if platform is not None:
+        system = platform.os.lower()
+        values.update(
+            platform_machine=platform_machine(platform),
+            os_name="nt" if system == "windows" else "posix",
+            sys_platform={"windows": "win32"}.get(system, system),
+            platform_system={"linux": "Linux", "windows": "Windows", "darwin": "Darwin"}.get(
+                system, system.capitalize()
+            ),
+            platform_release="",
+            platform_version="",
+        )
+    return values
+
+
+# --------------------------------------------------------------------------- requirements
+
+
+def parse_requirement(text: str) -> Requirement | None:
+    """The PEP 508 requirement ``text``, or None when it is not one."""
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None
