@@ -15,7 +15,8 @@ What it does (see constraints/README.md for why each step is what it is):
    as pip resolves it (NCCL 2.29.7, as torch pins), the override step that installs NCCL 2.30.3
    with ``--no-deps``, then a bad step that re-installs torch and silently puts 2.29.7 back;
 5. runs ``pinguard constraints`` on that image with policies/glm-serving-gb10.toml and writes
-   constraints/glm-serving-cu13.txt.
+   constraints/glm-serving-cu13.txt, and ``--format pylock`` against PyPI for
+   constraints/pylock.glm-serving-cu13.toml (the real wheels' URLs and sha256).
 
 Usage: ``python scripts/make_constraints.py [--out constraints/glm-serving-cu13.txt]
 [--cache DIR] [--download-real-wheels]``. Needs root, buildah, skopeo and network access to
@@ -253,6 +254,27 @@ def main(argv: list[str] | None = None) -> int:
                 "--no-cache",
                 "-o",
                 str(args.out),
+            ]
+        )
+        if code != 0:
+            return code
+        # the same set as a PEP 751 lock of the real wheels on PyPI (URLs and sha256 from the
+        # index, chosen by tags for CPython 3.11 on x86_64 with the image's glibc)
+        code = pinguard(
+            [
+                "constraints",
+                ref,
+                "--policy",
+                str(POLICY.relative_to(ROOT)),
+                "--step",
+                str(bad_step),
+                "--no-cache",
+                "--format",
+                "pylock",
+                "--index-url",
+                PYPI,
+                "-o",
+                str(args.out.with_name(f"pylock.{args.out.stem}.toml")),
             ]
         )
         if code != 0:

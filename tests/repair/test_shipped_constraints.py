@@ -6,11 +6,14 @@ import contextlib
 import io
 from pathlib import Path
 
+import tomlkit
+
 from pinguard.cli import main
 
 ROOT = Path(__file__).parents[2]
 GB10 = ROOT / "policies" / "glm-serving-gb10.toml"
 CU13 = ROOT / "constraints" / "glm-serving-cu13.txt"
+CU13_LOCK = ROOT / "constraints" / "pylock.glm-serving-cu13.toml"
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
@@ -24,6 +27,7 @@ def test_constraints_folder_checks_clean() -> None:
     """`pinguard constraints check constraints/*` (README included) passes the GB10 policy."""
     files = sorted(str(p) for p in (ROOT / "constraints").iterdir())
     assert str(CU13) in files
+    assert str(CU13_LOCK) in files
     code, out, err = cli("constraints", "check", *files, "--policy", str(GB10))
     assert (code, out) == (0, "")
     assert "skipped" in err
@@ -58,3 +62,24 @@ def test_a_forbidden_nccl_in_the_folder_fails(tmp_path: Path) -> None:
     assert out.startswith(
         f"{bad}:{line}: nvidia-nccl-cu13==2.29.7: nvidia-nccl-cu13 2.29.7 is forbidden"
     )
+
+
+def test_cu13_lock_holds_the_same_set_with_real_wheels() -> None:
+    """The shipped pylock.toml locks the constraints file's versions, each with at least one
+    wheel on files.pythonhosted.org for CPython 3.11 x86_64 and a sha256."""
+    pins = dict(
+        line.split("==", 1)
+        for line in CU13.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    doc = tomlkit.parse(CU13_LOCK.read_text()).unwrap()
+    assert doc["lock-version"] == "1.0"
+    assert {p["name"]: p["version"] for p in doc["packages"]} == pins
+    torch = next(p for p in doc["packages"] if p["name"] == "torch")
+    names = [w["name"] for w in torch["wheels"]]
+    assert names
+    assert all(n.startswith("torch-2.12.1-cp311-cp311-") and "x86_64" in n for n in names)
+    for package in doc["packages"]:
+        for wheel in package["wheels"]:
+            assert wheel["url"].startswith("https://files.pythonhosted.org/")
+            assert len(wheel["hashes"]["sha256"]) == 64
