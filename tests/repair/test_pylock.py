@@ -158,3 +158,13 @@ def test_index_prefers_wheels_that_fit_the_target(filename: str, expected: int) 
     from pinguard.repair.resolve.index import _wheel_fits
 
     assert _wheel_fits(filename, X86) == expected
+
+
+def test_a_version_that_is_not_pep440_is_refused(links: Path) -> None:
+    """A `===` pin (a version that is not PEP 440) is named, not crashed on."""
+    cs = ConstraintSet(
+        entries=(Constraint(canonicalize_name("oddball"), "===1.0-custom", "image"),),
+        environment="/x",
+    )
+    with pytest.raises(LockError, match=r"oddball===1\.0-custom: a version that is not PEP 440"):
+        build_lock(cs, client=SimpleIndex((), (str(links),)), target=X86, glibc=(2, 36))

@@ -182,6 +182,7 @@ def test_synthetic_documents_validate_and_are_stable() -> None:
     assert cyclonedx.render(result()) == text
     doc = json.loads(spdx.render(result()))
     jsonschema.validate(doc, json.loads(SPDX_SCHEMA.read_text()))
+    assert doc["creationInfo"]["created"] == "1970-01-01T00:00:00Z"
     assert spdx.render(result()) == spdx.render(result())
     other = json.loads(spdx.render(result(digest="sha256:" + "ef" * 32)))
     assert other["documentNamespace"] != doc["documentNamespace"]

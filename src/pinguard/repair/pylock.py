@@ -185,16 +185,16 @@ def build_lock(
     for entry in cs.entries:
         if entry.source == "policy" and entry.note.startswith("not installed"):
             continue
-        spec = SpecifierSet(entry.specifier.replace("===", "=="))
+        if entry.specifier.startswith("==="):
+            problems.append(f"{entry.line}: a version that is not PEP 440 cannot be locked")
+            continue
+        spec = SpecifierSet(entry.specifier)
         try:
             files = [f for f in client.files(entry.name) if f.is_wheel and not f.yanked]
         except IndexFetchError as exc:
             problems.append(f"{entry.line}: {exc}")
             continue
         fitting = [f for f in files if _fits(f, supported) and _python_ok(f, python)]
-        if entry.specifier.startswith("==="):
-            problems.append(f"{entry.line}: a version that is not PEP 440 cannot be locked")
-            continue
         wanted = sorted(
             {f.version for f in fitting if spec.contains(f.version, prereleases=True)},
             reverse=True,

@@ -28,7 +28,7 @@ from pinguard.models import AuditResult
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, sbom_facts
 
-# RECORD uses hashlib names; CycloneDX has its own spelling (and no entry for md5-less others).
+# RECORD and direct_url.json use hashlib names; CycloneDX spells them its own way.
 _ALGORITHMS = {
     "sha1": HashAlgorithm.SHA_1,
     "sha256": HashAlgorithm.SHA_256,

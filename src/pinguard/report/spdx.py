@@ -43,7 +43,7 @@ from pinguard.report.sbom import TOOL, SbomFacts, sbom_facts
 
 # SPDX 2.3 needs a creation time; a fixed one keeps the bytes reproducible (as
 # SOURCE_DATE_EPOCH=0 would).
-CREATED = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc).replace(tzinfo=None)
+CREATED = datetime.datetime(1970, 1, 1)  # spdx-tools writes naive times as UTC ("...Z")
 NAMESPACE_BASE = "https://pinguard.invalid/spdxdocs/"
 _ALGORITHMS = {
     "sha1": ChecksumAlgorithm.SHA1,
