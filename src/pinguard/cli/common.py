@@ -72,12 +72,14 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
 
 def add_index_options(g: argparse._ActionsContainer) -> None:
     """Where a resolver looks for distributions (the options pip and uv spell the same)."""
-    from pinguard.repair.resolve.uv import INDEX_STRATEGIES
-
     g.add_argument("--index-url", metavar="URL")
     g.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
     g.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
-    g.add_argument("--index-strategy", choices=INDEX_STRATEGIES)
+    # the names of uv's strategies (resolve.uv.INDEX_STRATEGIES, not imported here: building
+    # the parser must not import the resolver, which the in-build pinguard.pyz does not ship)
+    g.add_argument(
+        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
+    )
 
 
 def index_options(args: argparse.Namespace) -> IndexOptions:
@@ -208,17 +210,6 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
     return audit_image(reference, options=options)
 
 
-def load_policies(paths: Sequence[str]) -> Policy:
-    """The given policy files, else the discovered one, else the built-in default."""
-    from pinguard.policy.load import discover, load_policy
-    from pinguard.policy.model import default_policy
-
-    if paths:
-        return load_policy(*paths)
-    found = discover(Path.cwd())
-    return load_policy(found) if found is not None else default_policy()
-
-
 def judge(
     result: AuditResult, args: argparse.Namespace, policy: Policy | None = None
 ) -> AuditResult:
@@ -226,9 +217,10 @@ def judge(
     import dataclasses
 
     from pinguard.policy.engine import evaluate
+    from pinguard.policy.load import load_run_policy
 
     if policy is None:
-        policy = load_policies(args.policy)
+        policy = load_run_policy(args.policy)
     findings = evaluate(
         result,
         policy,

@@ -72,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
         return run_check(args, args.operands[1:])
     if len(args.operands) != 1:
         raise UsageError("give one image reference (or: pinguard constraints check FILE...)")
-    from pinguard.cli.common import load_policies
+    from pinguard.policy.load import load_run_policy
     from pinguard.repair import constraints as emit
 
-    result = judge(run_audit(args, args.operands[0]), args)
-    policy = effective_policy(
-        load_policies(args.policy), platform=result.image.platform, targets=args.target
-    )
+    audited = run_audit(args, args.operands[0])
+    loaded = load_run_policy(args.policy)
+    result = judge(audited, args, loaded)
+    policy = effective_policy(loaded, platform=result.image.platform, targets=args.target)
     cs = emit.build_constraints(
         result,
         pins=policy.pins,
@@ -262,12 +262,12 @@ def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out
 
 
 def run_check(args: argparse.Namespace, files: list[str]) -> int:
-    from pinguard.cli.common import load_policies
+    from pinguard.policy.load import load_run_policy
     from pinguard.repair import constraints as emit
 
     if not files:
         raise UsageError("constraints check needs at least one FILE")
-    policy = effective_policy(load_policies(args.policy), targets=args.target)
+    policy = effective_policy(load_run_policy(args.policy), targets=args.target)
     problems: list[emit.CheckProblem] = []
     for path in files:
         if path.lower().endswith(emit.NOT_CONSTRAINTS):

@@ -61,9 +61,10 @@ def _lint_finding(item: LintFinding) -> Finding:
 def run(args: argparse.Namespace) -> int:
     from pinguard.build.dockerfile import parse_file
     from pinguard.build.lint import lint
-    from pinguard.cli.common import FAIL_ON, build_args, judge, load_policies, run_audit
+    from pinguard.cli.common import FAIL_ON, build_args, judge, run_audit
     from pinguard.fileio import atomic_write
     from pinguard.policy.effective import effective_policy
+    from pinguard.policy.load import load_run_policy
     from pinguard.report import sarif
 
     fail_on = FAIL_ON[args.fail_on]
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     values = build_args(args)
 
     # 1. policy (configuration errors exit 2 before anything else is read)
-    policy = load_policies(args.policy)
+    policy = load_run_policy(args.policy)
     effective = effective_policy(policy, targets=args.target)
     # 2. lint (an unreadable Dockerfile is a usage error: exit 2)
     dockerfile = parse_file(args.dockerfile, build_args=values)

@@ -123,9 +123,10 @@ def render_text(
 
 def run(args: argparse.Namespace) -> int:
     from pinguard.build.guard import run_guard
-    from pinguard.cli.common import FAIL_ON, load_policies
+    from pinguard.cli.common import FAIL_ON
+    from pinguard.policy.load import load_run_policy
 
-    policy = load_policies(args.policy)
+    policy = load_run_policy(args.policy)
     fail_on = FAIL_ON[args.fail_on]
     outcome = run_guard(
         args.root,

@@ -21,7 +21,6 @@ from pinguard.cli.common import (
     add_build_arg_option,
     add_policy_options,
     build_args,
-    load_policies,
 )
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
 from pinguard.report.lint import LINT_FORMATS
@@ -58,12 +57,13 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.build.lint import RULES, LintFinding, lint
     from pinguard.fileio import atomic_write
     from pinguard.policy.effective import effective_policy
+    from pinguard.policy.load import load_run_policy
 
     values = build_args(args)
     unknown = sorted(set(args.ignore) - set(RULES))
     if unknown:
         raise UsageError(f"unknown rule for --ignore: {', '.join(unknown)}")
-    policy = effective_policy(load_policies(args.policy), targets=args.target)
+    policy = effective_policy(load_run_policy(args.policy), targets=args.target)
 
     findings: list[LintFinding] = []
     errors: list[tuple[str, str]] = []

@@ -13,7 +13,6 @@ from pinguard.cli.common import (
     add_index_options,
     add_policy_options,
     index_options,
-    load_policies,
     run_audit,
 )
 from pinguard.errors import UsageError
@@ -62,6 +61,7 @@ def _key(f: Finding) -> tuple[str, str | None, str | None, str]:
 
 def run(args: argparse.Namespace) -> int:
     from pinguard.policy.engine import evaluate
+    from pinguard.policy.load import load_run_policy
     from pinguard.repair.plan import choose_plan_environment, plan_install
     from pinguard.repair.resolve import parse_command_line
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         final=final,
         snapshots=(*result.snapshots, final) if result.snapshots else (),
     )
-    policy = load_policies(args.policy)
+    policy = load_run_policy(args.policy)
     today = _dt.date.today()
     before = {_key(f) for f in evaluate(result, policy, targets=tuple(args.target), today=today)}
     after = evaluate(planned, policy, targets=tuple(args.target), today=today)

@@ -9,7 +9,8 @@ other files relative to the extending one; they are loaded first (depth first, e
 and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
 in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]`` and ``[[waiver]]``
 entries accumulate. ``discover`` finds ``pinguard.toml`` or a ``[tool.pinguard]`` table in
-``pyproject.toml`` from a directory upwards.
+``pyproject.toml`` from a directory upwards; ``load_run_policy`` is what every command loads
+(the given files, else the discovered one, else the built-in default).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeVar
 
 import tomlkit
 import tomlkit.exceptions
@@ -45,6 +46,7 @@ from pinguard.policy.model import (
     Policy,
     Scope,
     Waiver,
+    default_policy,
     default_rules,
 )
 
@@ -93,13 +95,31 @@ class PolicyError(ConfigError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+class _ScopeFields(TypedDict, total=False):
+    """The scope keys an entry or rule table sets, converted."""
+
+    environments: tuple[str, ...]
+    platforms: tuple[str, ...]
+    targets: tuple[str, ...]
+    marker: Marker | None
+
+
+class _RuleFields(TypedDict, total=False):
+    """The other keys a ``[rules.<rule>]`` table sets, converted."""
+
+    severity: Severity
+    enabled: bool
+    allow: frozenset[NormalizedName]
+    packages: frozenset[NormalizedName]
+
+
 @dataclass(slots=True)
 class _Layer:
     """What one file says, before merging."""
 
     file: str
     extends: list[tuple[Path, int]] = field(default_factory=list)
-    rules: dict[str, tuple[dict[str, Any], Origin]] = field(default_factory=dict)
+    rules: dict[str, tuple[_RuleFields, _ScopeFields, Origin]] = field(default_factory=dict)
     pins: list[Pin] = field(default_factory=list)
     forbidden: list[Forbidden] = field(default_factory=list)
     couplings: list[Coupling] = field(default_factory=list)
@@ -109,6 +129,9 @@ class _Layer:
 
 class _Missing:
     pass
+
+
+_T = TypeVar("_T")
 
 
 _MISSING = _Missing()
@@ -181,33 +204,28 @@ class _Reader:
         return [((key, i), item) for i, item in enumerate(value)]
 
     # -- scalars ---------------------------------------------------------------------
+    def scalar(
+        self, data: TomlTable, path: KeyPath, key: str, kind: type[_T], expected: str
+    ) -> _T | _Missing:
+        """``data[key]`` when it is a ``kind``; missing or wrong (a problem): ``_MISSING``."""
+        value = data.get(key, _MISSING)
+        if value is _MISSING or isinstance(value, kind):
+            return value
+        self.problem(
+            (*path, key),
+            f"{self.dotted((*path, key))}: expected {expected}, got {_type_name(value)} {value!r}",
+        )
+        return _MISSING
+
     def string(
         self, data: TomlTable, path: KeyPath, key: str, default: str | None = None
     ) -> str | None:
-        value = data.get(key, _MISSING)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, str):
-            self.problem(
-                (*path, key),
-                f"{self.dotted((*path, key))}: expected a string, "
-                f"got {_type_name(value)} {value!r}",
-            )
-            return default
-        return value
+        value = self.scalar(data, path, key, str, "a string")
+        return default if isinstance(value, _Missing) else value
 
     def boolean(self, data: TomlTable, path: KeyPath, key: str) -> bool | None:
-        value = data.get(key, _MISSING)
-        if value is _MISSING:
-            return None
-        if not isinstance(value, bool):
-            self.problem(
-                (*path, key),
-                f"{self.dotted((*path, key))}: expected true or false, "
-                f"got {_type_name(value)} {value!r}",
-            )
-            return None
-        return value
+        value = self.scalar(data, path, key, bool, "true or false")
+        return None if isinstance(value, _Missing) else value
 
     def strings(self, data: TomlTable, path: KeyPath, key: str) -> tuple[str, ...] | None:
         value = data.get(key, _MISSING)
@@ -280,13 +298,15 @@ class _Reader:
             )
             return None
 
-    def scope_fields(self, data: TomlTable, path: KeyPath) -> dict[str, Any]:
+    def scope_fields(self, data: TomlTable, path: KeyPath) -> _ScopeFields:
         """The scope keys present in ``data``, converted (absent keys are left out)."""
-        out: dict[str, Any] = {}
-        for key in ("environments", "targets"):
-            value = self.strings(data, path, key)
-            if value is not None:
-                out[key] = value
+        out: _ScopeFields = {}
+        environments = self.strings(data, path, "environments")
+        if environments is not None:
+            out["environments"] = environments
+        targets = self.strings(data, path, "targets")
+        if targets is not None:
+            out["targets"] = targets
         platforms = self.strings(data, path, "platforms")
         if platforms is not None:
             for p in platforms:
@@ -304,6 +324,19 @@ class _Reader:
 
     def scope(self, data: TomlTable, path: KeyPath) -> Scope:
         return Scope(**self.scope_fields(data, path))
+
+    def package(self, data: TomlTable, path: KeyPath) -> NormalizedName | None:
+        """The entry's ``package``, canonicalized (None when missing or invalid)."""
+        raw = self.string(data, path, "package")
+        return self.name(raw, (*path, "package")) if raw is not None else None
+
+    def entry(
+        self, data: TomlTable, path: KeyPath
+    ) -> tuple[NormalizedName | None, SpecifierSet | None, Severity | None, Scope]:
+        """What ``[[pin]]`` and ``[[forbidden]]`` share: package, version, severity, scope."""
+        pkg = self.package(data, path)
+        spec = self.specifier(data, path, "version")
+        return pkg, spec, self.severity(data, path), self.scope(data, path)
 
 
 def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[PolicyProblem]]:
@@ -337,28 +370,28 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
             body = reader.table(value, path, allowed)
             if body is None:
                 continue
-            fields: dict[str, Any] = {}
+            fields: _RuleFields = {}
             sev = reader.severity(body, path)
             if sev is not None:
                 fields["severity"] = sev
             enabled = reader.boolean(body, path, "enabled")
             if enabled is not None:
                 fields["enabled"] = enabled
-            fields.update(reader.scope_fields(body, path))
-            for key in _RULE_EXTRA.get(rule_id, ()):
-                names = reader.names(body, path, key)
-                if names is not None:
-                    fields[key] = names
-            layer.rules[rule_id] = (fields, reader.origin(path))
+            scoped = reader.scope_fields(body, path)
+            extra = _RULE_EXTRA.get(rule_id, ())
+            allow = reader.names(body, path, "allow") if "allow" in extra else None
+            if allow is not None:
+                fields["allow"] = allow
+            packages = reader.names(body, path, "packages") if "packages" in extra else None
+            if packages is not None:
+                fields["packages"] = packages
+            layer.rules[rule_id] = (fields, scoped, reader.origin(path))
 
     for path, value in reader.entries(top, "pin"):
         body = reader.table(value, path, _PIN_KEYS, ("package", "version"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
-        spec = reader.specifier(body, path, "version")
-        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        pkg, spec, sev, scope = reader.entry(body, path)
         reason = reader.string(body, path, "reason", "") or ""
         link = reader.string(body, path, "link", "") or ""
         if pkg is not None and spec is not None:
@@ -368,10 +401,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _PIN_KEYS, ("package", "version", "reason"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
-        spec = reader.specifier(body, path, "version")
-        sev, scope = reader.severity(body, path), reader.scope(body, path)
+        pkg, spec, sev, scope = reader.entry(body, path)
         why = reader.string(body, path, "reason")
         link = reader.string(body, path, "link", "") or ""
         if pkg is not None and spec is not None and why is not None:
@@ -381,8 +411,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _COUPLING_KEYS, ("package", "version", "requires"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        pkg = reader.package(body, path)
         spec = reader.specifier(body, path, "version")
         raw_req = reader.string(body, path, "requires")
         req: Requirement | None = None
@@ -420,8 +449,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         body = reader.table(value, path, _WAIVER_KEYS, ("package", "rule", "reason", "expires"))
         if body is None:
             continue
-        name = reader.string(body, path, "package")
-        pkg = reader.name(name, (*path, "package")) if name is not None else None
+        pkg = reader.package(body, path)
         rule = reader.string(body, path, "rule")
         if rule is not None and (rule not in RULES or not RULES[rule].configurable):
             reader.problem(
@@ -510,10 +538,9 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         files.append(layer.file)
         if layer.require_guard is not None:
             require_guard = layer.require_guard
-        for rule_id, (fields, origin) in layer.rules.items():
+        for rule_id, (fields, scope_fields, origin) in layer.rules.items():
             cfg = rules[rule_id]
-            scope_changes = {k: fields.pop(k) for k in _SCOPE_KEYS if k in fields}
-            scope = dataclasses.replace(cfg.scope, **scope_changes)
+            scope = dataclasses.replace(cfg.scope, **scope_fields)
             rules[rule_id] = dataclasses.replace(cfg, **fields, scope=scope, origin=origin)
         pins.extend(layer.pins)
         forbidden.extend(layer.forbidden)
@@ -580,3 +607,14 @@ def discover(start: str | os.PathLike[str] | None = None) -> Path | None:
         if candidate.is_file() and _has_tool_table(candidate):
             return candidate
     return None
+
+
+def load_run_policy(
+    paths: Sequence[str | os.PathLike[str]], start: str | os.PathLike[str] | None = None
+) -> Policy:
+    """The policy of one command: the given ``paths`` in order; without any, the file
+    ``discover(start)`` finds; without one, the built-in default."""
+    if paths:
+        return load_policy(*paths)
+    found = discover(start)
+    return load_policy(found) if found is not None else default_policy()
