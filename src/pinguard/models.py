@@ -176,6 +176,11 @@ class Snapshot:
     incomplete: tuple[Incomplete, ...] = ()
     native: tuple[NativeLibrary, ...] = ()  # sorted by path
     resolutions: tuple[Resolution, ...] = ()  # sorted by consumer, then NEEDED order
+    os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
+
+    def os_field(self, key: str) -> str | None:
+        """One os-release value (``ID``, ``VERSION_ID``, ...), None when absent."""
+        return dict(self.os_release).get(key)
 
     def environment(self, path: str) -> Environment | None:
         for env in self.environments:

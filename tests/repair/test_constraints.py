@@ -11,10 +11,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from pinguard.errors import UsageError
-from pinguard.models import Finding, Severity
+from pinguard.models import AuditResult, Finding, Severity, Snapshot
 from pinguard.policy.effective import ForbiddenRange
 from pinguard.repair import constraints as emit
-from tests.repair.conftest import ENV, bad_result
+from tests.repair.conftest import ENV, bad_result, dist
 
 
 def test_constraints_pin_the_pre_downgrade_versions() -> None:
@@ -152,3 +152,40 @@ def test_check_reads_pyproject(tmp_path: Path) -> None:
     )
     assert [(p.line, p.constraint) for p in found] == [(3, "nvidia-nccl-cu13==2.29.7")]
     assert ENV
+
+
+def _with_seeded_installer() -> AuditResult:
+    """bad_result() whose known-good state also holds the pip and setuptools Debian seeds."""
+    result = bad_result()
+    good = result.snapshots[1].environments[0]
+    seeded = dataclasses.replace(
+        good,
+        distributions=(*good.distributions, dist("pip", "23.0.1"), dist("setuptools", "66.1.1")),
+    )
+    snaps = (result.snapshots[0], Snapshot((seeded,)), result.snapshots[2])
+    return dataclasses.replace(result, snapshots=snaps)
+
+
+def test_installer_packages_left_out_unless_allow_unsafe() -> None:
+    """pip and setuptools of the image are not pinned by default (the header says so);
+    --allow-unsafe pins them; a policy pin on pip keeps pip's exact version."""
+    cs = emit.build_constraints(_with_seeded_installer())
+    assert cs.lines() == [
+        "nvidia-cutlass-dsl==4.3.0",
+        "nvidia-nccl-cu13==2.30.3",
+        "torch==2.11.0+cu130",
+    ]
+    assert cs.left_out == ("pip==23.0.1", "setuptools==66.1.1")
+    assert (
+        "# left out (installer packages; --allow-unsafe pins them): pip==23.0.1, setuptools==66.1.1"
+        in emit.render_pip(cs)
+    )
+    unsafe = emit.build_constraints(_with_seeded_installer(), allow_unsafe=True)
+    assert "pip==23.0.1" in unsafe.lines()
+    assert "setuptools==66.1.1" in unsafe.lines()
+    assert unsafe.left_out == ()
+    asked = emit.build_constraints(
+        _with_seeded_installer(), pins={canonicalize_name("pip"): SpecifierSet(">=23")}
+    )
+    assert "pip==23.0.1" in asked.lines()
+    assert asked.left_out == ("setuptools==66.1.1",)

@@ -47,7 +47,16 @@ VERDICT_FORMATS = ["json", "junit", "markdown", "table", "html"]
 
 def test_the_registry_lists_the_formats_the_cli_offers() -> None:
     """`pinguard audit --format` offers exactly the registry's names, table first."""
-    assert list(FORMATS) == ["table", "json", "sarif", "junit", "markdown", "html"]
+    assert list(FORMATS) == [
+        "table",
+        "json",
+        "sarif",
+        "junit",
+        "markdown",
+        "html",
+        "cyclonedx",
+        "spdx",
+    ]
     parser = build_parser()
     audit = parser.parse_args(["audit", "x:1"])
     assert audit.format == "table"

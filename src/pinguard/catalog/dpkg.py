@@ -1,12 +1,14 @@
-"""Debian packages from the dpkg status database (CUDA images install libnccl2 by apt).
+"""Debian packages from the dpkg status database (CUDA images install libnccl2 by apt), and the
+os-release file that names the distribution they belong to (for ``pkg:deb`` purls).
 
 Owns the status file's format (RFC 822-style paragraphs; only packages whose Status ends in
-"installed" count) and the analyzer that captures ``/var/lib/dpkg/status`` from each layer.
+"installed" count), os-release(5) parsing, and the analyzer that captures both from each
+layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pinguard.catalog.interface import (
@@ -19,8 +21,34 @@ from pinguard.catalog.interface import (
 from pinguard.layers.tar import CAPTURE, SKIP
 from pinguard.models import DebPackage
 
-VERSION = "1"
+VERSION = "2"
 STATUS = "/var/lib/dpkg/status"
+# os-release(5): /etc/os-release wins; on Debian it is a symlink to the /usr/lib file.
+OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
+
+
+def parse_os_release(data: bytes) -> tuple[tuple[str, str], ...]:
+    """``KEY=value`` lines of os-release(5), unquoted, sorted by key."""
+    out: dict[str, str] = {}
+    for raw in data.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        out[key.strip()] = value
+    return tuple(sorted(out.items()))
+
+
+def os_release(files: Mapping[str, bytes]) -> tuple[tuple[str, str], ...]:
+    """The os-release of a state (the first file of :data:`OS_RELEASE` present), or ()."""
+    for path in OS_RELEASE:
+        data = files.get(path)
+        if data is not None:
+            return parse_os_release(data)
+    return ()
 
 
 def parse_status(data: bytes) -> tuple[DebPackage, ...]:
@@ -54,17 +82,18 @@ class DpkgAnalyzer(Analyzer):
         return cls()
 
     def wants(self, path: str) -> int:
-        return CAPTURE if path == STATUS else SKIP
+        return CAPTURE if path == STATUS or path in OS_RELEASE else SKIP
 
     def session(self) -> DpkgSession:
         return DpkgSession()
 
 
 class DpkgSession(AnalyzerSession):
-    """The installed packages of the current state."""
+    """The installed packages and the os-release of the current state."""
 
     def __init__(self) -> None:
         self._debs: tuple[DebPackage, ...] = ()
+        self._os_release: tuple[tuple[str, str], ...] = ()
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         changed = any(
@@ -73,6 +102,12 @@ class DpkgSession(AnalyzerSession):
         if changed:
             status = state.files.get(STATUS)
             self._debs = parse_status(status) if status is not None else ()
+        if any(
+            path in OS_RELEASE or any(f.startswith(path.rstrip("/") + "/") for f in OS_RELEASE)
+            for path in touched
+        ):
+            self._os_release = os_release(state.files)
 
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
         parts.debs.extend(self._debs)
+        parts.os_release = self._os_release

@@ -59,6 +59,7 @@ class SnapshotParts:
     debs: list[DebPackage] = field(default_factory=list)
     incomplete: list[Incomplete] = field(default_factory=list)
     native: list[NativeLibrary] = field(default_factory=list)
+    os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
 
 
 class AnalyzerSession(abc.ABC):

@@ -113,4 +113,5 @@ class Catalog:
             debs=tuple(parts.debs),
             incomplete=tuple(parts.incomplete),
             native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
+            os_release=parts.os_release,
         )

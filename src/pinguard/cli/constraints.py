@@ -40,9 +40,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="site-packages to pin (default: the one the bad step changed)",
     )
-    p.add_argument("--format", choices=("pip", "uv"), default="pip")
+    p.add_argument(
+        "--format",
+        choices=("pip", "uv", "pylock"),
+        default="pip",
+        help="pip constraints text, [tool.uv] in a pyproject, or a PEP 751 pylock.toml",
+    )
     p.add_argument("--pyproject", metavar="PATH", help="pyproject.toml to update with --format uv")
     p.add_argument("--override", action="store_true", help="write tool.uv override-dependencies")
+    p.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="also pin pip, setuptools and wheel (left out by default, as pip-compile does)",
+    )
     p.add_argument(
         "-o", "--output", metavar="FILE", help="constraints file to write (default: stdout)"
     )
@@ -76,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
         environment=args.environment,
         policy_files=tuple(args.policy),
         fail_on=FAIL_ON[args.fail_on] or Severity.ERROR,
+        allow_unsafe=args.allow_unsafe,
     )
     report: TextIO = sys.stdout if (args.output or args.format == "uv") else sys.stderr
+    if args.format == "pylock":
+        return run_pylock(args, result, cs, report)
     if args.format == "uv":
         if not args.pyproject:
             raise UsageError("--format uv needs --pyproject PATH (an existing pyproject.toml)")
@@ -96,6 +109,67 @@ def run(args: argparse.Namespace) -> int:
     if not args.verify:
         return 0
     return verify(args, result, cs, report)
+
+
+def run_pylock(
+    args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO
+) -> int:
+    """Write the known-good set as a PEP 751 pylock.toml; with --verify, install it with uv."""
+    import tempfile
+    from pathlib import Path
+
+    from pinguard.fileio import atomic_write
+    from pinguard.repair import pylock
+    from pinguard.repair.resolve import SimpleIndex, TargetEnvironment
+    from pinguard.repair.resolve.uv import install_lock
+
+    env = next((e for e in result.final.environments if e.path == cs.environment), None)
+    target = TargetEnvironment(env.python if env else None, result.image.platform)
+    index = index_options(args)
+    client = SimpleIndex(index.index_urls, index.find_links)
+    lock = pylock.build_lock(
+        cs, client=client, target=target, glibc=pylock.glibc_of(result.final.debs)
+    )
+    text = pylock.render_pylock(lock)
+    if args.output:
+        atomic_write(args.output, text)
+        print(f"wrote {len(lock.packages)} locked packages to {args.output}", file=out)
+    else:
+        sys.stdout.write(text)
+    if cs.bad_step is not None:
+        print(f"known-good state: just before step {cs.bad_step.index} ({cs.reason})", file=out)
+    if not args.verify:
+        return 0
+    with tempfile.TemporaryDirectory(prefix="pinguard-pylock-") as tmp:
+        path = Path(args.output) if args.output else Path(tmp, "pylock.toml")
+        if not args.output:
+            path.write_text(text, encoding="utf-8")
+        outcome = install_lock(path, target=target)
+    want = {p.name: p.version for p in lock.packages}
+    got = dict(outcome.installed)
+    wrong = sorted(
+        f"{n}: locked {v}, installed {got.get(n, 'nothing')}"
+        for n, v in want.items()
+        if got.get(n) != v
+    )
+    extra = sorted(f"{n}=={v}" for n, v in got.items() if n not in want)
+    if outcome.ok and not wrong and not extra:
+        print(
+            f"verify: uv installed all {len(want)} locked packages at their locked versions"
+            f" (CPython {target.major_minor}, {result.image.platform})",
+            file=out,
+        )
+        return 0
+    print("verify: FAILED installing the lock with uv", file=out)
+    for line in wrong:
+        print(f"  {line}", file=out)
+    if extra:
+        print(f"  installed but not locked: {', '.join(extra)}", file=out)
+    if not outcome.ok:
+        print("  uv said:", file=out)
+        for line in outcome.output.splitlines()[-12:]:
+            print(f"    {line}", file=out)
+    return 1
 
 
 def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO) -> int:
@@ -169,6 +243,17 @@ def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out
                         f" then unmet: {unmet} - waive it in the policy",
                         file=out,
                     )
+                    if v.override.blocker is not None:
+                        print(f"    blocked: {v.override.blocker.sentence()}", file=out)
+                    elif v.override.blocked_by is not None:
+                        print(
+                            f"    blocked: the constraints still pin {v.override.blocked_by}",
+                            file=out,
+                        )
+                    elif not v.override.satisfiable:
+                        print("    blocked: the resolver said:", file=out)
+                        for line in v.output.strip().splitlines()[-6:]:
+                            print(f"      {line}", file=out)
             elif not v.satisfiable:
                 print("  resolver said:", file=out)
                 for line in v.output.strip().splitlines():
@@ -185,6 +270,12 @@ def run_check(args: argparse.Namespace, files: list[str]) -> int:
     policy = effective_policy(load_run_policy(args.policy), targets=args.target)
     problems: list[emit.CheckProblem] = []
     for path in files:
+        if path.lower().endswith(emit.NOT_CONSTRAINTS):
+            # `constraints check constraints/*` passes the folder's README too
+            print(
+                f"pinguard: skipped {path}: documentation, not a constraints file", file=sys.stderr
+            )
+            continue
         problems.extend(emit.check_constraints(path, pins=policy.pins, forbidden=policy.forbidden))
     for p in problems:
         print(f"{p.file}:{p.line}: {p.constraint}: {p.message}")

@@ -41,7 +41,13 @@ from pinguard.models import (
 )
 from pinguard.policy.effective import ForbiddenRange
 
+# Files `constraints check` passes over (a constraints/ folder's README, say).
+NOT_CONSTRAINTS = (".md", ".rst")
 UV_KEYS = {False: "constraint-dependencies", True: "override-dependencies"}
+# The installer's own packages, left out unless asked (pip-compile's --allow-unsafe): an image's
+# seeded pip or setuptools is rarely on the index the steps use, and pinning it there makes
+# every step unsatisfiable.
+UNSAFE = frozenset({canonicalize_name(n) for n in ("pip", "setuptools", "wheel")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,7 @@ class ConstraintSet:
     bad_step: Step | None = None  # the step these constraints are meant to stop
     reason: str = ""  # why that step was chosen
     policy: tuple[str, ...] = ()  # policy files ("built-in default" when none)
+    left_out: tuple[str, ...] = ()  # "pip==23.0.1", ...: installer packages not pinned
 
     def lines(self) -> list[str]:
         return [c.line for c in self.entries]
@@ -174,14 +181,26 @@ def _contains(spec: SpecifierSet, raw_version: str) -> bool:
 
 
 def merge_pins(
-    env: Environment, pins: Mapping[NormalizedName, SpecifierSet]
+    env: Environment,
+    pins: Mapping[NormalizedName, SpecifierSet],
+    *,
+    allow_unsafe: bool = False,
 ) -> tuple[Constraint, ...]:
-    """The environment's whole set as exact pins, merged with the policy's pins, sorted."""
+    """The environment's whole set as exact pins, merged with the policy's pins, sorted.
+
+    pip, setuptools and wheel of the image are left out unless ``allow_unsafe``; a policy pin
+    on one of them is kept (the policy asked for it)."""
     out: dict[NormalizedName, Constraint] = {}
     for dist in env.distributions:
+        if dist.name in UNSAFE and not allow_unsafe:
+            continue
         out[dist.name] = Constraint(dist.name, _exact(dist.raw_version), "image")
     for raw_name, spec in pins.items():
         name = canonicalize_name(raw_name)
+        if name in UNSAFE and name not in out:
+            installed = next((d for d in env.distributions if d.name == name), None)
+            if installed is not None:
+                out[name] = Constraint(name, _exact(installed.raw_version), "image")
         have = out.get(name)
         if have is None:
             out[name] = Constraint(
@@ -207,6 +226,7 @@ def build_constraints(
     environment: str | None = None,
     policy_files: Sequence[str] = (),
     fail_on: Severity = Severity.ERROR,
+    allow_unsafe: bool = False,
 ) -> ConstraintSet:
     """Constraints pinning the known-good state of ``result`` (see the module docstring).
 
@@ -223,8 +243,18 @@ def build_constraints(
         bad, reason = breaking_step(result, fail_on=fail_on)
     after, snapshot = state_before(result, bad)
     env = choose_environment(snapshot, bad, environment)
+    entries = merge_pins(env, pins or {}, allow_unsafe=allow_unsafe)
+    kept = {c.name for c in entries}
+    left_out = tuple(
+        sorted(
+            f"{d.name}{_exact(d.raw_version)}"
+            for d in env.distributions
+            if d.name in UNSAFE and d.name not in kept
+        )
+    )
     return ConstraintSet(
-        entries=merge_pins(env, pins or {}),
+        entries=entries,
+        left_out=left_out,
         environment=env.path,
         image_reference=result.image.reference,
         image_digest=result.image.manifest_digest,
@@ -261,6 +291,10 @@ def header(cs: ConstraintSet) -> list[str]:
     else:
         lines.append(f"state: final ({cs.reason})")
     lines.append(f"policy: {', '.join(cs.policy)}")
+    if cs.left_out:
+        lines.append(
+            f"left out (installer packages; --allow-unsafe pins them): {', '.join(cs.left_out)}"
+        )
     lines.append(
         "use: pip install -c FILE | PIP_CONSTRAINT=FILE | pip install --build-constraint FILE"
     )
@@ -337,9 +371,13 @@ def write_pyproject(
 
 
 def read_constraint_lines(path: str | os.PathLike[str]) -> list[tuple[int, str]]:
-    """(line number, requirement text) of a pip constraints file or a pyproject's
-    ``[tool.uv]`` constraint/override dependencies (line 0: position unknown)."""
+    """(line number, requirement text) of a pip constraints file, a pyproject's ``[tool.uv]``
+    constraint/override dependencies, or a PEP 751 pylock.toml (line 0: position unknown)."""
+    from pinguard.repair import pylock
+
     p = Path(path)
+    if pylock.is_pylock(p):
+        return pylock.read_pylock(p)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:

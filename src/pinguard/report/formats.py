@@ -14,6 +14,20 @@ from pinguard.models import AuditResult
 from pinguard.report import compare, html, json, junit, markdown, sarif, table
 from pinguard.report.options import DEFAULT_OPTIONS, CompareRenderer, Renderer, RenderOptions
 
+
+def _cyclonedx(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    # imported when used: cyclonedx-python-lib is slow to import for every CLI start
+    from pinguard.report import cyclonedx
+
+    return cyclonedx.render(result, options)
+
+
+def _spdx(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    from pinguard.report import spdx  # spdx-tools too (it loads the license list)
+
+    return spdx.render(result, options)
+
+
 FORMATS: Mapping[str, Renderer] = {
     "table": table.render,
     "json": json.render,
@@ -21,6 +35,8 @@ FORMATS: Mapping[str, Renderer] = {
     "junit": junit.render,
     "markdown": markdown.render,
     "html": html.render,
+    "cyclonedx": _cyclonedx,
+    "spdx": _spdx,
 }
 
 

@@ -12,6 +12,8 @@ from packaging.version import Version
 from pinguard.repair.resolve import IndexOptions, TargetEnvironment, verify_constraints
 from pinguard.repair.resolve.explain import explain_failure, facts_from_uv
 from pinguard.repair.resolve.index import SimpleIndex
+from tests.infra.index import serve_index
+from tests.infra.wheels import WheelSpec, build_wheels
 from tests.repair.conftest import PLATFORM, Indexes
 
 TARGET = TargetEnvironment("3.12", PLATFORM)
@@ -124,3 +126,48 @@ def test_explain_uv_text(text: str, expected: list[tuple[str, str]] | None) -> N
     assert [(x.package, x.version) for x in found.chain] == expected
     assert found.unmet_if_overridden.requirement == "nvidia-nccl-cu13==2.29.7"
     assert len(facts_from_uv(text)[0]) == 2
+
+
+def test_override_that_still_fails_names_the_missing_version(tmp_path: Path) -> None:
+    """When the known-good torch is not on the index at all, forcing it cannot resolve:
+    the option names torch==2.11.0+cu130 and lists what the index has instead (2.12.1)."""
+    build_wheels(
+        (
+            WheelSpec("torch", "2.12.1"),
+            WheelSpec("flashinfer-python", "0.6.18.dev20261120", ("torch>=2.12",)),
+        ),
+        tmp_path / "only-new",
+    )
+    with serve_index(tmp_path / "only-new") as ix:
+        v = verify_constraints(
+            BAD,
+            ["torch==2.11.0+cu130"],
+            index=IndexOptions(index_url=ix.url, prerelease=True),
+            target=TARGET,
+        )
+    assert not v.satisfiable
+    assert v.override is not None
+    assert v.override.overrides == ("torch==2.11.0+cu130",)
+    assert not v.override.satisfiable
+    assert v.override.blocker is not None
+    assert v.override.blocker.package == "torch"
+    assert v.override.blocker.asked == "==2.11.0+cu130"
+    assert v.override.blocker.available == ("2.12.1",)
+    assert v.override.blocker.sentence() == (
+        "no file of torch==2.11.0+cu130 fits the target; the index has 2.12.1"
+    )
+
+
+def test_missing_pin_without_a_chain_is_named(tmp_path: Path) -> None:
+    """A pinned installer package the index lacks (the seeded pip==23.0.1 of a Debian image)
+    is named with what the index has, even when no chain can be drawn."""
+    build_wheels((WheelSpec("pip", "25.1"), WheelSpec("pip", "24.0")), tmp_path / "pips")
+    with serve_index(tmp_path / "pips") as ix:
+        v = verify_constraints(
+            ["pip"],
+            ["pip==23.0.1"],
+            index=IndexOptions(index_url=ix.url),
+            target=TARGET,
+        )
+    assert not v.satisfiable
+    assert "blocked: no file of pip==23.0.1 fits the target; the index has 25.1, 24.0" in v.notes

@@ -12,6 +12,7 @@ here prints; the CLI renders the :class:`Verification`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from pinguard.repair.resolve.command import (
     parse_command_line,
     parse_install_commands,
 )
-from pinguard.repair.resolve.explain import Explanation, Link, blocks, explain_failure
+from pinguard.repair.resolve.explain import Explanation, Link, blocks, clean, explain_failure
 from pinguard.repair.resolve.index import (
     IndexFetchError,
     SimpleIndex,
@@ -40,6 +41,7 @@ RESOLVERS = ("uv", "pip-tools")
 __all__ = [
     "RESOLVERS",
     "Alternative",
+    "Blocker",
     "CompileResult",
     "Explanation",
     "IndexOptions",
@@ -68,12 +70,36 @@ class Alternative:
 
 
 @dataclass(frozen=True, slots=True)
+class Blocker:
+    """What still refuses a resolution after the overrides: a package, the version asked,
+    and the versions the index has of it (newest first; empty when none or not looked up)."""
+
+    package: NormalizedName
+    asked: str  # the specifier, e.g. "==23.0.1"
+    available: tuple[str, ...] = ()
+    looked_up: bool = False
+
+    def sentence(self, shown: int = 6) -> str:
+        if not self.looked_up:
+            have = "the index could not be asked what it has"
+        elif not self.available:
+            have = f"the index has no version of {self.package}"
+        else:
+            more = len(self.available) - shown
+            listed = ", ".join(self.available[:shown]) + (f" (+{more} more)" if more > 0 else "")
+            have = f"the index has {listed}"
+        return f"no file of {self.package}{self.asked} fits the target; {have}"
+
+
+@dataclass(frozen=True, slots=True)
 class OverrideOption:
     """Forcing the pins with overrides: which lines, and which requirements stay unmet."""
 
     overrides: tuple[str, ...]
     unmet: tuple[Link, ...]
     satisfiable: bool
+    blocker: Blocker | None = None  # when not satisfiable: what still refuses it
+    blocked_by: str | None = None  # ... or the constraint that does, when no file is missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +229,9 @@ def verify_constraints(
     )
     if explanation is None:
         notes.append("the resolver's explanation could not be turned into a chain")
+        missing = missing_version(result.output, client)
+        if missing is not None:
+            notes.append(f"blocked: {missing.sentence()}")
         return Verification(
             False, resolver, tuple(requirements), output=result.output, notes=tuple(notes)
         )
@@ -316,4 +345,33 @@ def _override(
         # An overridden pin no longer refuses anything: look for the next one that does.
         left = {k: v for k, v in pins.items() if k not in {_key(o) for o in overrides}}
         current = explain_failure(trial.output, requirements, left, index=client, target=target)
-    return OverrideOption(tuple(overrides), tuple(unmet), False)
+    return OverrideOption(
+        tuple(overrides),
+        tuple(unmet),
+        False,
+        blocker=missing_version(trial.output, client),
+        blocked_by=current.blocked_by if current is not None else None,
+    )
+
+
+_NO_VERSION = re.compile(
+    r"there (?:is|are) no (?:matching )?versions? of ([A-Za-z0-9][A-Za-z0-9._-]*)"
+    r"((?:===|==|!=|<=|>=|~=|<|>)[^\s,]+)?"
+)
+
+
+def missing_version(output: str, client: SimpleIndex | None) -> Blocker | None:
+    """The package version uv says does not exist (``there is no version of X==1``), with the
+    versions the index does have, or None when the output names no missing version."""
+    match = _NO_VERSION.search(clean(output))
+    if match is None:
+        return None
+    name = canonicalize_name(match.group(1))
+    asked = (match.group(2) or "").rstrip(".")
+    if client is None:
+        return Blocker(name, asked)
+    try:
+        versions = client.versions(name)
+    except IndexFetchError:
+        return Blocker(name, asked)
+    return Blocker(name, asked, tuple(str(v) for v in versions), looked_up=True)

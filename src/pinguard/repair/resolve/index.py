@@ -93,6 +93,11 @@ class IndexFile:
     metadata_url: str | None = None  # PEP 658/714, or a local wheel path for find-links dirs
     local_path: str | None = None
     metadata_hash: tuple[str, str] | None = None  # (algorithm, hex) when the index gives one
+    hashes: tuple[tuple[str, str], ...] = ()  # the file's (algorithm, hex) as the index gives them
+
+    @property
+    def sha256(self) -> str | None:
+        return dict(self.hashes).get("sha256")
 
     @property
     def is_wheel(self) -> bool:
@@ -191,6 +196,15 @@ def _strip_fragment(url: str) -> str:
     return urllib.parse.urldefrag(url)[0]
 
 
+def _fragment_hashes(url: str) -> tuple[tuple[str, str], ...]:
+    """PEP 503's ``#<algorithm>=<hex>`` URL fragment as ((algorithm, hex),), or ()."""
+    fragment = urllib.parse.urldefrag(url)[1]
+    algo, sep, value = fragment.partition("=")
+    if not sep or not value or algo.lower() not in hashlib.algorithms_guaranteed:
+        return ()
+    return ((algo.lower(), value.lower()),)
+
+
 class SimpleIndex:
     """Reads simple indexes (``index_urls``) and find-links locations for package files."""
 
@@ -251,6 +265,12 @@ class SimpleIndex:
                 algo = sorted(meta)[0]
                 meta_hash = (algo, str(meta[algo]))
             yanked = entry.get("yanked", False)
+            given = entry.get("hashes")
+            hashes = (
+                tuple(sorted((str(k).lower(), str(v).lower()) for k, v in given.items()))
+                if isinstance(given, dict)
+                else _fragment_hashes(url)
+            )
             out.append(
                 IndexFile(
                     name=name,
@@ -261,6 +281,7 @@ class SimpleIndex:
                     yanked=bool(yanked),
                     metadata_url=_strip_fragment(url) + ".metadata" if meta else None,
                     metadata_hash=meta_hash,
+                    hashes=hashes,
                 )
             )
         return out
@@ -292,6 +313,7 @@ class SimpleIndex:
                     yanked="data-yanked" in anchor.attrs,
                     metadata_url=_strip_fragment(url) + ".metadata" if meta is not None else None,
                     metadata_hash=meta_hash,
+                    hashes=_fragment_hashes(url),
                 )
             )
         return out
@@ -530,7 +552,14 @@ def _wheel_fits(filename: str, target: TargetEnvironment) -> int:
                 machine
                 and machine in t.platform
                 and "linux" in t.platform
-                and (not mm or t.interpreter.endswith(mm) or t.abi == "abi3")
+                and "musllinux" not in t.platform  # images are glibc unless shown otherwise
+                and t.interpreter.startswith(("cp", "py"))
+                and (
+                    not mm
+                    or t.interpreter.endswith(mm)
+                    or t.abi in {"abi3", "none"}
+                    or t.interpreter in {"py3", f"py{mm}"}
+                )
             ):
                 best = 2
     return best

@@ -130,7 +130,7 @@ def uv_bin() -> str:
 
     found = shutil.which("uv")
     if found is None:
-        raise ResolveError("uv is not installed: pip install 'pinguard[resolve]'")
+        raise ResolveError("uv is not installed (it is a dependency of pinguard): pip install uv")
     return found
 
 
@@ -238,3 +238,49 @@ def compile_requirements(
     if "No solution found" in proc.stderr or "unsatisfiable" in proc.stderr:
         return CompileResult(False, (), proc.stderr, tuple(command))
     raise ResolveError(f"uv pip compile failed: {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+@dataclass(frozen=True, slots=True)
+class InstallResult:
+    """What installing a lock file into a throwaway target directory did."""
+
+    ok: bool
+    installed: tuple[tuple[NormalizedName, str], ...]  # sorted name, version found afterwards
+    output: str
+    command: tuple[str, ...]
+
+
+def install_lock(
+    lock_file: str | os.PathLike[str], *, target: TargetEnvironment, timeout: float = 600.0
+) -> InstallResult:
+    """Install a pylock.toml with ``uv pip install --target`` into a temporary directory for
+    ``target``'s Python and platform, and read back which distributions landed there."""
+    from importlib import metadata
+
+    with tempfile.TemporaryDirectory(prefix="pinguard-lock-") as tmp:
+        site = Path(tmp, "site")
+        command = [
+            uv_bin(),
+            "pip",
+            "install",
+            "--no-config",
+            "--color",
+            "never",
+            "--python",
+            sys.executable,
+            "--cache-dir",
+            str(Path(tmp, "cache")),
+            "--target",
+            str(site),
+            *target_args(target),
+            "-r",
+            str(Path(lock_file).resolve()),
+        ]
+        proc = run(command, timeout=timeout, cwd=tmp)
+        installed = sorted(
+            (canonicalize_name(d.metadata["Name"]), d.version)
+            for d in metadata.distributions(path=[str(site)])
+        )
+    return InstallResult(
+        proc.returncode == 0, tuple(installed), (proc.stderr + proc.stdout).strip(), tuple(command)
+    )

@@ -1,0 +1,148 @@
+"""The CycloneDX 1.6 JSON report, built with cyclonedx-python-lib from :mod:`.sbom` facts.
+
+The image is ``metadata.component`` (type ``container``, its manifest digest as version and
+as a SHA-256 hash, its platform as properties); every Python distribution of every
+environment is a ``library`` component with a ``pkg:pypi`` purl, the wheel hash from
+``direct_url.json`` when there is one, its RECORD files as nested ``file`` components with
+their hashes, and pinguard's provenance as ``pinguard:*`` properties; dpkg packages are
+``library`` components with ``pkg:deb`` purls. ``dependencies`` is the Requires-Dist graph
+resolved to installed components, with the image depending on the requested and unrequired
+ones. The serial number is a uuid5 of the image digest and the timestamp is omitted, so the
+same image gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cyclonedx.model import HashAlgorithm, HashType, Property
+from cyclonedx.model.bom import Bom
+from cyclonedx.model.bom_ref import BomRef
+from cyclonedx.model.component import Component, ComponentType
+from cyclonedx.model.dependency import Dependency
+from cyclonedx.model.tool import ToolRepository
+from cyclonedx.output.json import JsonV1Dot6
+from packageurl import PackageURL
+
+from pinguard.models import AuditResult
+from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, sbom_facts
+
+# RECORD and direct_url.json use hashlib names; CycloneDX spells them its own way.
+_ALGORITHMS = {
+    "sha1": HashAlgorithm.SHA_1,
+    "sha256": HashAlgorithm.SHA_256,
+    "sha384": HashAlgorithm.SHA_384,
+    "sha512": HashAlgorithm.SHA_512,
+    "sha3_256": HashAlgorithm.SHA3_256,
+    "sha3_384": HashAlgorithm.SHA3_384,
+    "sha3_512": HashAlgorithm.SHA3_512,
+    "blake2b": HashAlgorithm.BLAKE2B_512,
+    "md5": HashAlgorithm.MD5,
+}
+
+
+def _hashes(pairs: Iterable[tuple[str, str]]) -> list[HashType]:
+    out = []
+    for algo, value in pairs:
+        alg = _ALGORITHMS.get(algo.lower().replace("-", "_"))
+        if alg is not None:
+            out.append(HashType(alg=alg, content=value))
+    return out
+
+
+def _properties(pairs: Iterable[tuple[str, str]]) -> list[Property]:
+    return [Property(name=name, value=value) for name, value in pairs]
+
+
+def build_bom(facts: SbomFacts) -> Bom:
+    """A cyclonedx-python-lib ``Bom`` of the facts (no timestamp; serial from the digest)."""
+    bom = Bom(serial_number=facts.serial)
+    # None omits the field (the library allows it; its annotation says datetime)
+    bom.metadata.timestamp = None  # type: ignore[assignment]
+    tool = Component(
+        type=ComponentType.APPLICATION,
+        name=TOOL,
+        version=facts.tool_version,
+        bom_ref=f"tool:{TOOL}@{facts.tool_version}",
+    )
+    bom.metadata.tools = ToolRepository(components=[tool])
+    root_props = [("image:reference", facts.reference)]
+    if facts.platform is not None:
+        root_props.append(("image:platform", str(facts.platform)))
+    root_props.extend(
+        (f"os-release:{k}", v) for k, v in facts.os_release if k in {"ID", "VERSION_ID"}
+    )
+    root = Component(
+        type=ComponentType.CONTAINER,
+        name=facts.name,
+        version=facts.digest,
+        bom_ref=facts.root_ref,
+        purl=PackageURL.from_string(facts.root_purl) if facts.root_purl else None,
+        hashes=_hashes([("sha256", facts.digest.split(":", 1)[1])])
+        if facts.digest and facts.digest.startswith("sha256:")
+        else [],
+        properties=_properties((PROPERTY_PREFIX + k, v) for k, v in root_props),
+    )
+    bom.metadata.component = root
+    for pkg in facts.python:
+        component = Component(
+            type=ComponentType.LIBRARY,
+            name=pkg.dist.display_name or str(pkg.dist.name),
+            version=pkg.dist.raw_version,
+            bom_ref=pkg.ref,
+            purl=PackageURL.from_string(pkg.purl),
+            hashes=_hashes(pkg.archive_hashes),
+            properties=_properties(pkg.properties()),
+        )
+        for f in pkg.files:
+            component.components.add(
+                Component(
+                    type=ComponentType.FILE,
+                    name=f.path,
+                    bom_ref=f"{pkg.ref}!{f.path}",
+                    hashes=_hashes([(f.algorithm, f.hex)]),
+                )
+            )
+        bom.components.add(component)
+    for deb in facts.debs:
+        bom.components.add(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=deb.deb.name,
+                version=deb.deb.version,
+                bom_ref=deb.ref,
+                purl=PackageURL.from_string(deb.purl),
+                properties=_properties(
+                    [(PROPERTY_PREFIX + "package:type", "deb")]
+                    + (
+                        [(PROPERTY_PREFIX + "deb:arch", deb.deb.architecture)]
+                        if deb.deb.architecture
+                        else []
+                    )
+                ),
+            )
+        )
+    bom.dependencies.add(
+        Dependency(
+            ref=BomRef(facts.root_ref), dependencies=[Dependency(BomRef(r)) for r in facts.roots]
+        )
+    )
+    for pkg in facts.python:
+        bom.dependencies.add(
+            Dependency(
+                ref=BomRef(pkg.ref), dependencies=[Dependency(BomRef(r)) for r in pkg.depends_on]
+            )
+        )
+    for deb in facts.debs:
+        bom.dependencies.add(Dependency(ref=BomRef(deb.ref)))
+    return bom
+
+
+def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+    """The CycloneDX 1.6 JSON document of ``result``'s final state.
+
+    Newline-terminated; no option changes it (an SBOM carries no verdict).
+    """
+    text: str = JsonV1Dot6(build_bom(sbom_facts(result))).output_as_string(indent=2)
+    return text + "\n"

@@ -1,0 +1,295 @@
+"""The facts both SBOM formats (CycloneDX, SPDX) are written from, worked out once.
+
+:func:`sbom_facts` turns an audit result's final state into plain values: the image as the
+root (reference, manifest digest, platform), one :class:`PythonPackage` per distribution per
+environment with its purl, the RECORD file hashes (as hex), the wheel hash from
+``direct_url.json``, pinguard's provenance (the build step that installed that version: layer
+digest, step index and command, and the requirement chain that forced it), and the dependency
+edges from ``Requires-Dist`` resolved to the installed distributions of the same environment;
+one :class:`DebianPackage` per dpkg package with a ``pkg:deb`` purl from the image's
+os-release. Everything is sorted and the document identity (serial number, namespace) is
+derived from the image digest, so the same image gives the same bytes. The renderers in
+:mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map these to the
+libraries' models.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass
+
+from packageurl import PackageURL
+from packaging.utils import NormalizedName, canonicalize_name
+
+from pinguard import __version__
+from pinguard.models import (
+    AuditResult,
+    ChangeKind,
+    DebPackage,
+    Distribution,
+    Environment,
+    Platform,
+    Snapshot,
+    Step,
+)
+from pinguard.target import marker_environment, parse_requirement
+
+TOOL = "pinguard"
+# The namespace of pinguard's uuid5 serial numbers (itself uuid5 of the project's name).
+SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://pinguard.invalid/sbom")
+PROPERTY_PREFIX = "pinguard:"
+
+
+@dataclass(frozen=True, slots=True)
+class FileHash:
+    """One file of a distribution's RECORD that RECORD gives a hash for."""
+
+    path: str  # absolute path inside the image
+    algorithm: str  # hashlib name from RECORD: "sha256", "sha384", "sha512", ...
+    hex: str
+
+
+@dataclass(frozen=True, slots=True)
+class PythonPackage:
+    """One installed distribution in one environment, with where it came from."""
+
+    ref: str  # unique within the document: the metadata directory's path
+    dist: Distribution
+    environment: Environment
+    purl: str
+    step: Step | None  # the build step that installed this version (None: unknown)
+    causes: tuple[str, ...]  # "torch 2.12.1 requires nvidia-nccl-cu13==2.29.7", ...
+    files: tuple[FileHash, ...]
+    archive_hashes: tuple[tuple[str, str], ...]  # (algorithm, hex) of the wheel, direct_url
+    depends_on: tuple[str, ...]  # refs of installed distributions it requires
+
+    def properties(self) -> tuple[tuple[str, str], ...]:
+        """pinguard's provenance as ``pinguard:``-prefixed name/value pairs, in a fixed order."""
+        out: list[tuple[str, str]] = [
+            ("environment:path", self.environment.path),
+            ("environment:python", self.environment.python or "unknown"),
+            ("metadata:path", self.dist.metadata_path),
+        ]
+        if self.step is not None:
+            out.append(("step:index", str(self.step.index)))
+            out.append(("step:command", self.step.created_by))
+            if self.step.layer_digest:
+                out.append(("layer:digest", self.step.layer_digest))
+        out.extend(("cause", cause) for cause in self.causes)
+        out.append(("installer", self.dist.installer or "unknown"))
+        out.append(("requested", "true" if self.dist.requested else "false"))
+        if self.dist.direct_url is not None:
+            text = json.dumps(self.dist.direct_url, sort_keys=True, separators=(",", ":"))
+            out.append(("direct_url", text))
+        return tuple((PROPERTY_PREFIX + k, v) for k, v in out)
+
+
+@dataclass(frozen=True, slots=True)
+class DebianPackage:
+    """One installed dpkg package."""
+
+    ref: str
+    deb: DebPackage
+    purl: str
+
+
+@dataclass(frozen=True, slots=True)
+class SbomFacts:
+    """Everything an SBOM says about one audited image."""
+
+    reference: str
+    name: str  # the image's name without transport, tag or digest
+    digest: str | None
+    platform: Platform | None
+    root_ref: str
+    root_purl: str | None
+    serial: uuid.UUID
+    python: tuple[PythonPackage, ...]
+    debs: tuple[DebianPackage, ...]
+    os_release: tuple[tuple[str, str], ...]
+    roots: tuple[str, ...]  # refs the image depends on directly: requested or unrequired ones
+    tool_version: str = __version__
+
+    @property
+    def all_refs(self) -> tuple[str, ...]:
+        return tuple(p.ref for p in self.python) + tuple(d.ref for d in self.debs)
+
+
+def image_name(reference: str) -> str:
+    """``docker://reg/repo:tag`` -> ``reg/repo``; ``oci-archive:x.tar:tag`` -> ``x.tar``."""
+    text = reference
+    for transport in ("docker://", "docker-daemon:", "docker-archive:", "oci-archive:", "oci:"):
+        if text.startswith(transport):
+            text = text[len(transport) :]
+            break
+    else:
+        if text.startswith("dir:"):
+            return text[4:] or "."
+    text = text.split("@", 1)[0]
+    last = text.rsplit("/", 1)[-1]
+    if ":" in last:
+        text = text[: len(text) - len(last)] + last.split(":", 1)[0]
+    return text or reference
+
+
+def _hex(value: str) -> str | None:
+    """RECORD's urlsafe-base64 digest (no padding) as lower-case hex."""
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if raw else None
+
+
+def _file_hashes(dist: Distribution) -> tuple[FileHash, ...]:
+    out: list[FileHash] = []
+    for path, digest in dist.record:
+        algo, sep, value = digest.partition("=")
+        if not sep or not value:
+            continue
+        hexed = _hex(value)
+        if hexed is not None:
+            out.append(FileHash(path, algo.lower(), hexed))
+    return tuple(sorted(out, key=lambda f: (f.path, f.algorithm)))
+
+
+def _archive_hashes(dist: Distribution) -> tuple[tuple[str, str], ...]:
+    info = (dist.direct_url or {}).get("archive_info")
+    if not isinstance(info, dict):
+        return ()
+    found: dict[str, str] = {}
+    hashes = info.get("hashes")
+    if isinstance(hashes, dict):
+        found.update({str(k).lower(): str(v).lower() for k, v in hashes.items()})
+    legacy = info.get("hash")
+    if isinstance(legacy, str) and "=" in legacy:
+        algo, _, value = legacy.partition("=")
+        found.setdefault(algo.lower(), value.lower())
+    return tuple(sorted(found.items()))
+
+
+def python_purl(dist: Distribution) -> str:
+    """``pkg:pypi/<normalized name>@<version>`` (the purl spec's pypi type)."""
+    return PackageURL(type="pypi", name=str(dist.name), version=dist.raw_version).to_string()
+
+
+def deb_purl(deb: DebPackage, os_release: dict[str, str]) -> str:
+    """``pkg:deb/<ID>/<name>@<version>?arch=..&distro=<ID>-<VERSION_ID>`` from os-release."""
+    vendor = os_release.get("ID") or None
+    qualifiers: dict[str, str] = {}
+    if deb.architecture:
+        qualifiers["arch"] = deb.architecture
+    if vendor and os_release.get("VERSION_ID"):
+        qualifiers["distro"] = f"{vendor}-{os_release['VERSION_ID']}"
+    return PackageURL(
+        type="deb", namespace=vendor, name=deb.name, version=deb.version, qualifiers=qualifiers
+    ).to_string()
+
+
+def image_purl(
+    reference: str, name: str, digest: str | None, platform: Platform | None
+) -> str | None:
+    """``pkg:oci/<last path part>@<digest>?arch=..`` when the digest is known, with
+    ``repository_url`` for registry references."""
+    if not digest:
+        return None
+    qualifiers: dict[str, str] = {}
+    if platform is not None:
+        qualifiers["arch"] = platform.architecture
+    if reference.startswith("docker://"):
+        qualifiers["repository_url"] = name
+    last = name.rsplit("/", 1)[-1].lower() or "image"
+    return PackageURL(type="oci", name=last, version=digest, qualifiers=qualifiers).to_string()
+
+
+def installed_by(
+    result: AuditResult,
+) -> dict[tuple[str, NormalizedName], tuple[Step, tuple[str, ...]]]:
+    """(environment, name) -> the last step that installed the final version, and its causes."""
+    out: dict[tuple[str, NormalizedName], tuple[Step, tuple[str, ...]]] = {}
+    for step in result.steps:
+        for change in step.changes:
+            key = (change.environment, change.name)
+            if change.kind is ChangeKind.REMOVED:
+                out.pop(key, None)
+                continue
+            causes = tuple(
+                f"{c.package} {c.version} requires {c.requirement}" for c in change.causes
+            )
+            out[key] = (step, causes)
+    return out
+
+
+def _edges(env: Environment, dist: Distribution, platform: Platform | None) -> tuple[str, ...]:
+    installed = env.by_name()
+    markers = marker_environment(env.python, platform)
+    refs: set[str] = set()
+    for raw in dist.requires_dist:
+        req = parse_requirement(raw)
+        if req is None:
+            continue
+        if req.marker is not None:
+            try:
+                if not req.marker.evaluate({**markers, "extra": ""}):
+                    continue
+            except Exception:
+                continue
+        target = installed.get(canonicalize_name(req.name))
+        if target is not None and target.metadata_path != dist.metadata_path:
+            refs.add(target.metadata_path)
+    return tuple(sorted(refs))
+
+
+def sbom_facts(result: AuditResult) -> SbomFacts:
+    """The SBOM facts of ``result``'s final state (see the module docstring)."""
+    final: Snapshot = result.final
+    steps = installed_by(result)
+    platform = result.image.platform
+    python: list[PythonPackage] = []
+    for env in sorted(final.environments, key=lambda e: e.path):
+        for dist in sorted(env.distributions, key=lambda d: d.metadata_path):
+            step, causes = steps.get((env.path, dist.name), (None, ()))
+            python.append(
+                PythonPackage(
+                    ref=dist.metadata_path,
+                    dist=dist,
+                    environment=env,
+                    purl=python_purl(dist),
+                    step=step,
+                    causes=causes,
+                    files=_file_hashes(dist),
+                    archive_hashes=_archive_hashes(dist),
+                    depends_on=_edges(env, dist, platform),
+                )
+            )
+    release = dict(final.os_release)
+    debs = tuple(
+        DebianPackage(f"deb:{d.name}:{d.architecture}", d, deb_purl(d, release))
+        for d in sorted(final.debs, key=lambda d: (d.name, d.architecture))
+    )
+    required = {ref for p in python for ref in p.depends_on}
+    roots = tuple(
+        sorted(
+            [p.ref for p in python if p.dist.requested or p.ref not in required]
+            + [d.ref for d in debs]
+        )
+    )
+    name = image_name(result.image.reference)
+    digest = result.image.manifest_digest
+    identity = digest or f"reference:{result.image.reference}"
+    return SbomFacts(
+        reference=result.image.reference,
+        name=name,
+        digest=digest,
+        platform=platform,
+        root_ref=f"image:{identity}",
+        root_purl=image_purl(result.image.reference, name, digest, platform),
+        serial=uuid.uuid5(SERIAL_NAMESPACE, f"{identity}|{platform or ''}"),
+        python=tuple(python),
+        debs=debs,
+        os_release=final.os_release,
+        roots=roots,
+    )

@@ -1,0 +1,199 @@
+"""SBOM facts and documents from synthetic audit results (the image tests use real builds)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packaging.utils import canonicalize_name
+
+from pinguard.catalog.dpkg import os_release, parse_os_release
+from pinguard.models import (
+    AuditResult,
+    ChangeKind,
+    DebPackage,
+    Distribution,
+    Environment,
+    ImageInfo,
+    Platform,
+    Snapshot,
+)
+from pinguard.report import cyclonedx, spdx
+from pinguard.report.sbom import deb_purl, image_name, sbom_facts
+from tests.factories import ENV, SYSTEM, change, step
+
+NCCL = canonicalize_name("nvidia-nccl-cu13")
+SPDX_SCHEMA = Path(__file__).parents[1] / "data" / "spdx-schema-2.3.json"
+OS_RELEASE = b"""PRETTY_NAME="Ubuntu 24.04.3 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+# a comment
+ID=ubuntu
+ID_LIKE=debian
+"""
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def result(
+    digest: str | None = "sha256:" + "cd" * 32, reference: str = "docker://reg.example/glm:1"
+) -> AuditResult:
+    torch = Distribution(
+        name=canonicalize_name("torch"),
+        raw_version="2.12.1",
+        metadata_path=f"{ENV}/torch-2.12.1.dist-info",
+        requires_dist=(
+            "nvidia-nccl-cu13==2.29.7; platform_system == 'Linux'",
+            "pywin32; sys_platform == 'win32'",
+            "sympy; extra == 'opt'",
+        ),
+        installer="uv",
+        requested=True,
+        direct_url={
+            "url": "https://example.invalid/torch.whl",
+            "archive_info": {"hashes": {"sha256": "AB" * 32}},
+        },
+        record=(
+            (f"{ENV}/torch/lib/libtorch.so", record_hash(b"libtorch\n")),
+            (f"{ENV}/torch-2.12.1.dist-info/RECORD", ""),
+        ),
+    )
+    nccl = Distribution(NCCL, "2.29.7", f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info")
+    sympy = Distribution(canonicalize_name("sympy"), "1.14.0", f"{ENV}/sympy-1.14.0.dist-info")
+    system_nccl = Distribution(NCCL, "2.30.3", f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info")
+    final = Snapshot(
+        environments=(
+            Environment(ENV, "3.12.7", (nccl, sympy, torch)),
+            Environment(SYSTEM, "3.12.7", (system_nccl,)),
+        ),
+        debs=(DebPackage("libnccl2", "2.30.3-1+cuda13.0", "arm64"),),
+        os_release=parse_os_release(OS_RELEASE),
+    )
+    steps = (
+        step(
+            1,
+            "/bin/sh -c pip install nvidia-nccl-cu13==2.30.3",
+            change("nvidia-nccl-cu13", ChangeKind.ADDED, None, "2.30.3", env=SYSTEM),
+        ),
+        step(
+            2,
+            "/bin/sh -c uv pip install torch==2.12.1",
+            change("torch", ChangeKind.ADDED, None, "2.12.1"),
+            change("nvidia-nccl-cu13", ChangeKind.ADDED, None, "2.29.7"),
+        ),
+    )
+    return AuditResult(
+        image=ImageInfo(reference, digest, Platform("linux", "arm64"), "registry"),
+        steps=steps,
+        final=final,
+        snapshots=(final, final),
+    )
+
+
+def test_os_release_parsing_and_precedence() -> None:
+    """Quoted values are unquoted; /etc/os-release wins over /usr/lib/os-release."""
+    pairs = dict(parse_os_release(OS_RELEASE))
+    assert pairs["ID"] == "ubuntu"
+    assert pairs["VERSION_ID"] == "24.04"
+    assert pairs["PRETTY_NAME"] == "Ubuntu 24.04.3 LTS"
+    files = {"/usr/lib/os-release": b"ID=debian\n", "/etc/os-release": b"ID=ubuntu\n"}
+    assert dict(os_release(files))["ID"] == "ubuntu"
+    assert dict(os_release({"/usr/lib/os-release": b"ID=debian\n"}))["ID"] == "debian"
+    assert os_release({}) == ()
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        (
+            {"ID": "ubuntu", "VERSION_ID": "24.04"},
+            "pkg:deb/ubuntu/libnccl2@2.30.3-1%2Bcuda13.0?arch=arm64&distro=ubuntu-24.04",
+        ),
+        ({"ID": "debian"}, "pkg:deb/debian/libnccl2@2.30.3-1%2Bcuda13.0?arch=arm64"),
+        ({}, "pkg:deb/libnccl2@2.30.3-1%2Bcuda13.0?arch=arm64"),
+    ],
+)
+def test_deb_purl(release: dict[str, str], expected: str) -> None:
+    """The purl spec's deb type: vendor namespace, arch and distro qualifiers, '+' escaped."""
+    assert deb_purl(DebPackage("libnccl2", "2.30.3-1+cuda13.0", "arm64"), release) == expected
+
+
+@pytest.mark.parametrize(
+    ("reference", "expected"),
+    [
+        ("docker://reg.example/team/glm:1", "reg.example/team/glm"),
+        ("docker://reg.example:5000/glm@sha256:" + "a" * 64, "reg.example:5000/glm"),
+        ("oci-archive:out/glm.tar:2026-11-29", "out/glm.tar"),
+        ("oci:layout", "layout"),
+        ("dir:/srv/venv", "/srv/venv"),
+        ("glm:latest", "glm"),
+    ],
+)
+def test_image_name(reference: str, expected: str) -> None:
+    """The image's name without transport, tag or digest."""
+    assert image_name(reference) == expected
+
+
+def test_facts_provenance_hashes_and_graph() -> None:
+    """Each distribution per environment, its installing step, RECORD hashes in hex, the wheel
+    hash from direct_url, and Requires-Dist edges only where markers apply and it is installed."""
+    facts = sbom_facts(result())
+    by_ref = {p.ref: p for p in facts.python}
+    assert len(facts.python) == 4  # NCCL twice: once per environment
+    torch = by_ref[f"{ENV}/torch-2.12.1.dist-info"]
+    assert torch.step is not None
+    assert torch.step.index == 2
+    assert torch.files[0].hex == hashlib.sha256(b"libtorch\n").hexdigest()
+    assert len(torch.files) == 1  # RECORD's own line has no hash
+    assert torch.archive_hashes == (("sha256", "ab" * 32),)
+    # pywin32 (marker false) and sympy (only with an extra) are not edges
+    assert torch.depends_on == (f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info",)
+    system = by_ref[f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info"]
+    assert system.step is not None
+    assert system.step.index == 1
+    props = dict(torch.properties())
+    assert props["pinguard:installer"] == "uv"
+    assert props["pinguard:requested"] == "true"
+    assert json.loads(props["pinguard:direct_url"])["url"] == "https://example.invalid/torch.whl"
+    # the image depends on what was requested or nothing requires: torch, sympy, the system NCCL
+    assert set(facts.roots) == {
+        torch.ref,
+        f"{ENV}/sympy-1.14.0.dist-info",
+        system.ref,
+        "deb:libnccl2:arm64",
+    }
+    assert facts.root_purl == (
+        "pkg:oci/glm@sha256:" + "cd" * 32 + "?arch=arm64&repository_url=reg.example/glm"
+    )
+
+
+def test_synthetic_documents_validate_and_are_stable() -> None:
+    """Both documents validate against the official schemas and do not change between runs."""
+    text = cyclonedx.render(result())
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    assert cyclonedx.render(result()) == text
+    doc = json.loads(spdx.render(result()))
+    jsonschema.validate(doc, json.loads(SPDX_SCHEMA.read_text()))
+    assert doc["creationInfo"]["created"] == "1970-01-01T00:00:00Z"
+    assert spdx.render(result()) == spdx.render(result())
+    other = json.loads(spdx.render(result(digest="sha256:" + "ef" * 32)))
+    assert other["documentNamespace"] != doc["documentNamespace"]
+
+
+def test_directory_audit_without_digest() -> None:
+    """A dir: audit has no digest: no image purl or hash, an identity from the reference."""
+    res = result(digest=None, reference="dir:/srv/venv")
+    facts = sbom_facts(res)
+    assert facts.root_purl is None
+    assert facts.root_ref == "image:reference:dir:/srv/venv"
+    bom = json.loads(cyclonedx.render(res))
+    assert "hashes" not in bom["metadata"]["component"]
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(bom)) is None
