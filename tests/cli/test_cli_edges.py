@@ -168,8 +168,7 @@ def test_constraints_write_non_pep440_versions_as_arbitrary_equality(
         "numpy==2.3.5",
         "nvidia-cutlass-dsl==4.3.0",
         "nvidia-nccl-cu13==2.30.3",
-        "pip==25.0.1",
-        "torch==2.11.0+cu130",
+        "torch==2.11.0+cu130",  # pip itself is left out (no --allow-unsafe)
         "vendor-tool===2024.11-custom",
     ]
     req = Requirement(pins[-1])

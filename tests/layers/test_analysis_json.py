@@ -18,6 +18,7 @@ def sample() -> LayerAnalysis:
         size=10240,
         unreadable=[("/p/q", "cannot read: Permission denied"), ("/a/b", "cannot read: gone")],
         streamed={"/z/lib.so": {"soname": "lib.so"}, "/a/x.so": {"soname": "x.so"}},
+        links={"/usr/lib/libz.so.1": "libz.so.1.3", "/lib": "usr/lib"},
     )
 
 
@@ -33,6 +34,7 @@ def test_json_shape_is_sorted_and_encodes_text_and_bytes() -> None:
         "size": 10240,
         "unreadable": [["/a/b", "cannot read: gone"], ["/p/q", "cannot read: Permission denied"]],
         "streamed": {"/a/x.so": {"soname": "x.so"}, "/z/lib.so": {"soname": "lib.so"}},
+        "links": {"/lib": "usr/lib", "/usr/lib/libz.so.1": "libz.so.1.3"},
     }
     assert list(sample().to_json()["files"]) == ["/a/bin.so", "/b/METADATA"]  # type: ignore[call-overload]
 
@@ -48,6 +50,7 @@ def test_round_trip_through_json_text() -> None:
     assert back.opaque == ["/srv", "/usr/lib/x"]
     assert (back.members, back.size) == (12, 10240)
     assert back.streamed == original.streamed
+    assert back.links == original.links
     assert back.unreadable == [
         ("/a/b", "cannot read: gone"),
         ("/p/q", "cannot read: Permission denied"),
