@@ -56,6 +56,14 @@ class BlobVerificationError(SourceError):
     """A blob's bytes did not match its digest or size."""
 
 
+class InvalidDigest(SourceError, ValueError):
+    """A digest string that is not ``sha256:<64 hex>`` or ``sha512:<128 hex>``."""
+
+
+class UnsupportedArtifact(SourceError):
+    """The reference names something that is not a container image (an SBOM, a signature)."""
+
+
 class LayerError(SourceError):
     """A layer stream is corrupt (bad compression or tar)."""
 
