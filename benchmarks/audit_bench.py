@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinguard.testing.images import CREATED, ImageWriter, parent_entries
+
 ROOT = Path(__file__).resolve().parent.parent
 GEN_VERSION = 1  # bump when the generated content changes
 SITE = "usr/local/lib/python3.12/site-packages"
@@ -316,15 +318,8 @@ def write_layer(args: tuple[LayerPlan, Path, int, int]) -> dict[str, Any]:
     made_dirs: set[str] = set()
 
     def dirs_for(path: str) -> None:
-        parts = path.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            d = "/".join(parts[:i])
-            if d not in made_dirs:
-                made_dirs.add(d)
-                info = tarfile.TarInfo(d)
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                w.add(info)
+        for info in parent_entries(path, made_dirs):
+            w.add(info)
 
     share = plan.budget
     if plan.base:
@@ -474,57 +469,16 @@ def build_image(
     for plan in plans:
         if plan.index == 1:
             history.append(
-                {
-                    "created": "2025-11-29T00:00:00Z",
-                    "created_by": "ENV PIP_NO_CACHE_DIR=1",
-                    "empty_layer": True,
-                }
+                {"created": CREATED, "created_by": "ENV PIP_NO_CACHE_DIR=1", "empty_layer": True}
             )
-        history.append({"created": "2025-11-29T00:00:00Z", "created_by": plan.created_by})
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
-        "rootfs": {"type": "layers", "diff_ids": [r["diff_id"] for r in results]},
-        "history": history,
-    }
-
-    def blob(data: bytes) -> tuple[str, int]:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        (blobs / digest.split(":", 1)[1]).write_bytes(data)
-        return digest, len(data)
-
-    cfg_digest, cfg_size = blob(json.dumps(config, sort_keys=True).encode())
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": cfg_digest,
-            "size": cfg_size,
-        },
-        "layers": [
-            {"mediaType": r["media_type"], "digest": r["digest"], "size": r["size"]}
-            for r in results
-        ],
-    }
-    man_digest, man_size = blob(json.dumps(manifest, sort_keys=True).encode())
+        history.append({"created": CREATED, "created_by": plan.created_by})
+    writer = ImageWriter(layout)
+    descs = [(writer.adopt(r["media_type"], r["digest"], r["size"]), r["diff_id"]) for r in results]
+    image = writer.image(descs, history)
     tag = f"s{total}-l{layers}-{compression}"
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": man_digest,
-                "size": man_size,
-                "platform": {"os": "linux", "architecture": "amd64"},
-                "annotations": {"org.opencontainers.image.ref.name": tag},
-            }
-        ],
-    }
-    (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
-    (layout / "index.json").write_text(json.dumps(index, sort_keys=True))
+    index, _ = writer.index([image], tag=tag)
+    writer.write_layout(index)
+    man_digest = image.manifest.digest
     dists = len({d.name for p in plans for d in p.add})
     done.write_text(
         json.dumps({"tag": tag, "manifest_digest": man_digest, "layers": results, "dists": dists})

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from examples.make_demo_image import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -17,6 +16,7 @@ from pinguard.audit.diff import diff_environments, unmet_requirements
 from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult, Change, ChangeKind, Distribution, Environment, Platform
+from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from tests.infra.paths import AUDIT_SCHEMA
 
 SCHEMA = AUDIT_SCHEMA

@@ -23,13 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from examples.make_demo_image import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from pinguard.audit.pipeline import audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.models import ChangeKind
+from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
 
 NCCL_ROW = "│ nvidia-nccl-cu13   │ downgraded │ 2.30.3 -> 2.29.7 "
 

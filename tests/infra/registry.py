@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import gzip
-import hashlib
 import http.client
-import io
 import json
 import os
 import secrets
 import socket
 import struct
 import subprocess
-import tarfile
 import threading
 import time
 import urllib.error
@@ -39,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+from pinguard.testing.images import ImageWriter, layer_tar
 from tests.infra.tools import require_tool
 
 AuthMode = Literal["none", "htpasswd", "token"]
@@ -604,11 +601,6 @@ def running_registry(workdir: Path, **kwargs: Any) -> Iterator[RegistryServer]:
 
 # --- tiny OCI layouts -----------------------------------------------------------------------------
 
-OCI_LAYOUT_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
-
 
 @dataclass(frozen=True)
 class LayoutImage:
@@ -635,24 +627,6 @@ class Layout:
         return f"oci:{self.path}:{self.tag}"
 
 
-def _tar_layer(files: Mapping[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mtime = 0
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _write_blob(blobs: Path, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
-    (blobs / digest).write_bytes(data)
-    return f"sha256:{digest}"
-
-
 def build_oci_layout(
     path: Path,
     *,
@@ -666,80 +640,25 @@ def build_oci_layout(
 
     ``layers`` is a list of {path: bytes} (one gzip layer each), or a function of the
     platform string returning such a list so each platform gets different bytes."""
-    blobs = path / "blobs" / "sha256"
-    blobs.mkdir(parents=True, exist_ok=True)
-    (path / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    writer = ImageWriter(path)
     images: list[LayoutImage] = []
-    descriptors: list[dict[str, Any]] = []
+    written = []
     for plat in platforms:
-        parts = plat.split("/")
-        os_name, arch = parts[0], parts[1]
-        variant = parts[2] if len(parts) > 2 else ""
         specs = layers(plat) if callable(layers) else layers
-        layer_descs, layer_blobs, diff_ids = [], [], []
-        for files in specs:
-            tar = _tar_layer(files)
-            compressed = gzip.compress(tar, mtime=0)
-            digest = _write_blob(blobs, compressed)
-            layer_descs.append(
-                {"mediaType": OCI_LAYER_GZIP, "digest": digest, "size": len(compressed)}
-            )
-            layer_blobs.append((digest, compressed))
-            diff_ids.append(f"sha256:{hashlib.sha256(tar).hexdigest()}")
-        config: dict[str, Any] = {
-            "architecture": arch,
-            "os": os_name,
-            "config": {"Env": ["PATH=/usr/bin"]},
-            "rootfs": {"type": "layers", "diff_ids": diff_ids},
-            "history": [{"created_by": f"COPY layer {i}"} for i in range(len(specs))],
-        }
-        if variant:
-            config["variant"] = variant
-        config_bytes = json.dumps(config, sort_keys=True).encode()
-        config_digest = _write_blob(blobs, config_bytes)
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": len(config_bytes)},
-            "layers": layer_descs,
-        }
-        manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
-        manifest_digest = _write_blob(blobs, manifest_bytes)
-        platform_obj = {"os": os_name, "architecture": arch}
-        if variant:
-            platform_obj["variant"] = variant
-        descriptors.append(
-            {
-                "mediaType": OCI_MANIFEST,
-                "digest": manifest_digest,
-                "size": len(manifest_bytes),
-                "platform": platform_obj,
-            }
-        )
+        descs = [writer.layer(layer_tar(files, mtime=0)) for files in specs]
+        history = [{"created_by": f"COPY layer {i}"} for i in range(len(specs))]
+        image = writer.image(descs, history, platform=plat, env=("PATH=/usr/bin",))
+        written.append(image)
         images.append(
             LayoutImage(
                 platform=plat,
-                manifest_digest=manifest_digest,
-                config_digest=config_digest,
-                layers=tuple(layer_blobs),
-                diff_ids=tuple(diff_ids),
+                manifest_digest=image.manifest.digest,
+                config_digest=image.config.digest,
+                layers=tuple((d.digest, writer.read(d.digest)) for d in image.layers),
+                diff_ids=image.diff_ids,
             )
         )
-    ref_name = {"org.opencontainers.image.ref.name": tag}
-    index_digest: str | None = None
-    if len(descriptors) == 1:
-        top = {**descriptors[0], "annotations": ref_name}
-        del top["platform"]
-    else:
-        nested = {"schemaVersion": 2, "mediaType": OCI_LAYOUT_INDEX, "manifests": descriptors}
-        nested_bytes = json.dumps(nested, sort_keys=True).encode()
-        index_digest = _write_blob(blobs, nested_bytes)
-        top = {
-            "mediaType": OCI_LAYOUT_INDEX,
-            "digest": index_digest,
-            "size": len(nested_bytes),
-            "annotations": ref_name,
-        }
-    index = {"schemaVersion": 2, "mediaType": OCI_LAYOUT_INDEX, "manifests": [top]}
-    (path / "index.json").write_text(json.dumps(index, sort_keys=True))
+    index, nested = writer.index(written, tag=tag, nested=len(written) > 1)
+    writer.write_layout(index)
+    index_digest = nested.digest if nested is not None else None
     return Layout(path=path, tag=tag, images=tuple(images), index_digest=index_digest)

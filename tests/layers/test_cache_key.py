@@ -18,13 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from examples.make_demo_image import build_demo
 
 import pinguard
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.cache import LayerCache
+from pinguard.testing.demo import build_demo
 
 PACKAGE = Path(pinguard.__file__).parent
 

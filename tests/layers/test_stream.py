@@ -27,6 +27,7 @@ from pinguard.errors import LayerError
 from pinguard.layers import blob
 from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
 from pinguard.layers.tar import CAPTURE, HASH, SKIP, STREAM, MemberStream, walk_tar
+from pinguard.testing.images import layer_tar
 
 BIG = "usr/lib/x86_64-linux-gnu/libbig.so.2"
 SMALL = "usr/lib/x86_64-linux-gnu/libsmall.so"
@@ -37,13 +38,7 @@ def _content(n: int) -> bytes:
 
 
 def _tar(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return layer_tar(members)
 
 
 def _extracted(tar_bytes: bytes) -> dict[str, bytes]:

@@ -34,6 +34,7 @@ from pinguard.sources import (
     LayerRef,
     ResolvedImage,
     SourceOptions,
+    UnpackedTree,
     open_source,
     split_transport,
 )
@@ -655,11 +656,19 @@ def test_not_a_layout_or_archive(tmp_path: Path) -> None:
 
 
 def test_dir_source(tmp_path: Path) -> None:
-    """dir:PATH resolves to no layers and exposes the root for the engine to walk."""
+    """dir:PATH resolves to one layer: the directory tree, read in place (no blob)."""
     source = open_source(f"dir:{tmp_path}")
     assert isinstance(source, DirSource)
     resolved = source.resolve()
-    assert (resolved.transport, resolved.layers, resolved.manifest_digest) == ("dir", (), None)
+    tree_layer = LayerRef(digest="dir", size=None, tree=UnpackedTree(root=str(tmp_path)))
+    assert (resolved.transport, resolved.layers, resolved.manifest_digest) == (
+        "dir",
+        (tree_layer,),
+        None,
+    )
+    assert len(resolved.config["history"]) == 1
+    with pytest.raises(ImageNotFound, match="no layer blobs"):
+        source.open_blob(tree_layer)
     assert source.root == tmp_path
     assert os.path.isdir(source.root)
 

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -74,6 +74,18 @@ def _analyze_blob(
         open_stream=analyzers.open_stream,
         progress=progress,
     )
+
+
+def _analyze_tree(layer: LayerRef, analyzers: Analyzers) -> LayerAnalysis:
+    assert layer.tree is not None
+    analysis = analyze_directory(
+        layer.tree.root,
+        select=analyzers.selector(),
+        open_stream=analyzers.open_stream,
+        exclude=layer.tree.exclude,
+    )
+    analysis.digest = layer.digest
+    return analysis
 
 
 def _analyze_one(
@@ -177,15 +189,22 @@ def load_layers(
     options: AuditOptions,
     progress: Progress | None = None,
 ) -> dict[str, LayerAnalysis]:
-    """Analyses for every layer: from the cache where present, else streamed (and cached)."""
+    """Analyses for every layer: from the cache where present, else streamed (and cached).
+
+    A layer that is a directory on disk (``LayerRef.tree``) is walked in place and never
+    cached: its digest names it but does not address its content."""
     analyzers = options.analyzers()
     cache = (
         LayerCache(options.cache_dir, analyzers.key()) if options.cache_dir is not None else None
     )
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
+    trees: list[LayerRef] = []
     for layer in layers:
-        if layer.digest in found or any(t.digest == layer.digest for t in todo):
+        if layer.digest in found or any(t.digest == layer.digest for t in (*todo, *trees)):
+            continue
+        if layer.tree is not None:
+            trees.append(layer)
             continue
         hit = cache.get(layer.digest) if cache else None
         if hit is not None:
@@ -193,7 +212,11 @@ def load_layers(
         else:
             todo.append(layer)
     if progress is not None:
-        progress.layers(todo, len(found))
+        progress.layers([*trees, *todo], len(found))
+    for layer in trees:
+        found[layer.digest] = _analyze_tree(layer, analyzers)
+        if progress is not None:
+            progress.done(layer)
     jobs = options.jobs or (os.cpu_count() or 1)
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
@@ -275,25 +298,28 @@ def audit_directory(
     exclude: tuple[str, ...] = (),
     platform: Platform | None = None,
 ) -> AuditResult:
-    """Audit a root filesystem or virtual environment on disk as one state."""
-    if not Path(root).is_dir():
-        from pinguard.errors import ImageNotFound
+    """Audit a root filesystem or virtual environment on disk as one state (``dir:``)."""
+    from pinguard.sources.rootfs import DirSource
 
-        raise ImageNotFound(f"directory not found: {root!r}")
-    analyzers = AuditOptions(verify_records=verify_records).analyzers()
-    analysis = analyze_directory(
-        root, select=analyzers.selector(), open_stream=analyzers.open_stream, exclude=exclude
-    )
-    analysis.digest = "dir"
-    resolved = ResolvedImage(
-        reference=reference or f"dir:{root}",
-        transport="dir",
-        manifest_digest=None,
-        platform=platform,
-        config={"history": [{"created_by": f"(directory {root})"}]},
-        layers=(LayerRef(digest="dir", size=None),),
-    )
-    return build_result(resolved, {"dir": analysis}, analyzers)
+    source = DirSource(root, SourceOptions(platform=platform), exclude=exclude)
+    options = AuditOptions(source=source.options, verify_records=verify_records)
+    return audit_source(source, options, reference=reference)
+
+
+def audit_source(
+    source: ImageSource,
+    options: AuditOptions,
+    progress: Progress | None = None,
+    *,
+    reference: str | None = None,
+) -> AuditResult:
+    """Audit the image an opened source resolves to (the source is closed afterwards)."""
+    with source:
+        resolved = source.resolve()
+        if reference is not None:
+            resolved = replace(resolved, reference=reference)
+        analyses = load_layers(source, resolved.layers, options, progress)
+    return build_result(resolved, analyses, options.analyzers())
 
 
 def audit_image(
@@ -305,16 +331,4 @@ def audit_image(
     """Audit the image ``reference`` names (any transport pinguard knows)."""
     from pinguard.sources import open_source
 
-    source = open_source(reference, options.source)
-    with source:
-        resolved = source.resolve()
-        if resolved.transport == "dir":
-            root = str(getattr(source, "root", reference.partition(":")[2]))
-            return audit_directory(
-                root,
-                reference=reference,
-                verify_records=options.verify_records,
-                platform=resolved.platform,
-            )
-        analyses = load_layers(source, resolved.layers, options, progress)
-    return build_result(resolved, analyses, options.analyzers())
+    return audit_source(open_source(reference, options.source), options, progress)

@@ -4,6 +4,11 @@
 hash or stream, and its per-state session); ``registry`` lists the analyzers pinguard runs
 and joins them for the layer walk, the cache key and the per-state ``Catalog``; ``python``
 (dist-info, egg-info) and ``dpkg`` (the status database) are the analyzers.
+
+Adding an analyzer: a module here with a frozen dataclass subclassing ``Analyzer`` (its
+fields are its options) and an ``AnalyzerSession``; list the class in
+``registry.ANALYZERS``; put what it finds on ``SnapshotParts``/``Snapshot``. Its per-layer
+results are cached with the layer, under a key that already covers its source and version.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ and links, PAX path, linkpath and size records, GNU base-256 numbers, header che
 (checked as ``tarfile`` checks them). It is tested against ``tarfile`` on the same inputs and
 is several times faster than ``tarfile``'s stream mode, because members nobody asked for are
 passed over by moving a cursor inside the decompressed chunk. A ``Selector`` says, per
-regular file, whether to capture its bytes, hash them or skip them; a corrupt header or a
-truncated stream raises ``LayerError``.
+regular file, whether to capture its bytes, hash them, stream them chunk by chunk to a
+``MemberStream`` (for big files such as shared objects: the walk never holds them), or skip
+them; a corrupt header or a truncated stream raises ``LayerError``.
 """
 
 from __future__ import annotations

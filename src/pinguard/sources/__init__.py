@@ -24,6 +24,7 @@ from pinguard.sources.interface import (
     LayerRef,
     ResolvedImage,
     SourceOptions,
+    UnpackedTree,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "LayerRef",
     "ResolvedImage",
     "SourceOptions",
+    "UnpackedTree",
     "is_docker_reference",
     "open_source",
     "split_transport",

@@ -3,7 +3,9 @@
 A source resolves a reference to one image (manifest digest, platform, parsed config and
 the ordered list of layer blobs) and opens each blob as a raw byte stream, exactly as it is
 stored (compressed or not). Verification of digests and sizes happens in ``pinguard.layers.blob``
-while the bytes stream by, so a source never needs to buffer or spool a blob.
+while the bytes stream by, so a source never needs to buffer or spool a blob. A source whose
+files are already on disk (``dir:``) hands out one layer with an ``UnpackedTree`` instead of
+a blob; the layer analysis walks that tree in place.
 """
 
 from __future__ import annotations
@@ -17,6 +19,14 @@ from pinguard.models import Platform
 
 
 @dataclass(frozen=True, slots=True)
+class UnpackedTree:
+    """A layer whose files are on disk already: read in place, never through a blob."""
+
+    root: str  # the directory that stands for the image's "/"
+    exclude: tuple[str, ...] = ()  # absolute in-image paths whose trees are not read
+
+
+@dataclass(frozen=True, slots=True)
 class LayerRef:
     """One layer blob of an image, in the order the image applies them."""
 
@@ -24,6 +34,9 @@ class LayerRef:
     size: int | None  # stored size in bytes; None when the transport does not say
     media_type: str = ""
     diff_id: str | None = None  # "sha256:<hex>" of the uncompressed tar, from rootfs.diff_ids
+    # set for a layer that is a directory on disk: its digest then names it but does not
+    # address its content, so its analysis is never cached
+    tree: UnpackedTree | None = None
 
 
 @dataclass(frozen=True, slots=True)

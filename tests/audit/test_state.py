@@ -1,0 +1,111 @@
+"""Replaying layers into a state: the OCI whiteout rules, as the image spec states them.
+
+A whiteout ``.wh.NAME`` removes NAME and everything below it from the lower layers (also at
+the root: ``/.wh.opt`` removes ``/opt``), but never a sibling that merely shares a prefix; an
+opaque whiteout ``.wh..wh..opq`` empties its directory of lower-layer content while the same
+layer's own files in it stay. The layers are real tar streams written by ``tarfile``.
+"""
+
+from __future__ import annotations
+
+import io
+
+from pinguard.audit.state import State
+from pinguard.catalog import AnalyzerOptions, Analyzers
+from pinguard.layers.analysis import LayerAnalysis, analyze_stream
+from pinguard.models import Snapshot
+from pinguard.testing.images import layer_tar
+
+VENV = "opt/venv/lib/python3.12/site-packages"
+SYSTEM = "usr/lib/python3/dist-packages"
+
+
+def _dist(site: str, name: str, version: str) -> dict[str, bytes]:
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    return {f"{site}/{name}-{version}.dist-info/METADATA": meta}
+
+
+def _layer(files: dict[str, bytes], whiteouts: tuple[str, ...] = ()) -> LayerAnalysis:
+    tar = layer_tar(files, whiteouts=whiteouts)
+    analyzers = Analyzers.for_options(AnalyzerOptions(verify_records=True))
+    return analyze_stream(io.BytesIO(tar), digest=None, size=None, select=analyzers.selector())
+
+
+def _names(snap: Snapshot) -> dict[str, list[str]]:
+    return {
+        env.path: [f"{d.name}=={d.raw_version}" for d in env.distributions]
+        for env in snap.environments
+    }
+
+
+def _state(*layers: LayerAnalysis) -> tuple[State, Snapshot]:
+    state = State(Analyzers.for_options(AnalyzerOptions(verify_records=True)))
+    snap = Snapshot()
+    for layer in layers:
+        snap = state.apply(layer)
+    return state, snap
+
+
+BASE = _layer(
+    {
+        **_dist(VENV, "torch", "2.11.0"),
+        f"{VENV}/torch/__init__.py": b"",
+        **_dist(SYSTEM, "six", "1.16.0"),
+        **_dist("opt/other/lib/python3.12/site-packages", "keep", "1.0"),
+    }
+)
+
+
+def test_root_level_whiteout_removes_the_directory() -> None:
+    """``/.wh.opt`` removes every file below /opt and nothing else."""
+    wh = _layer({}, whiteouts=(".wh.opt",))
+    assert wh.whiteouts == ["/opt"]
+    state, snap = _state(BASE, wh)
+    assert _names(snap) == {f"/{SYSTEM}": ["six==1.16.0"]}
+    assert not [p for p in (*state.files, *state.hashes) if p.startswith("/opt/")]
+
+
+def test_whiteout_does_not_remove_a_sibling_sharing_its_prefix() -> None:
+    """Whiting out /opt/venv leaves /opt/venv2 alone (a path prefix is not a parent)."""
+    layer = _layer(_dist("opt/venv2/lib/python3.12/site-packages", "numpy", "2.3.5"))
+    wh = _layer({}, whiteouts=("opt/.wh.venv",))
+    _, snap = _state(BASE, layer, wh)
+    assert _names(snap) == {
+        "/opt/other/lib/python3.12/site-packages": ["keep==1.0"],
+        "/opt/venv2/lib/python3.12/site-packages": ["numpy==2.3.5"],
+        f"/{SYSTEM}": ["six==1.16.0"],
+    }
+
+
+def test_whiteout_of_a_dist_info_removes_the_distribution() -> None:
+    """pip uninstall in a later step: the dist-info's whiteout removes the distribution."""
+    wh = _layer({}, whiteouts=(f"{VENV}/.wh.torch-2.11.0.dist-info",))
+    _, snap = _state(BASE, wh)
+    assert f"/{VENV}" not in _names(snap)
+    assert _names(snap)[f"/{SYSTEM}"] == ["six==1.16.0"]
+
+
+def test_opaque_whiteout_hides_lower_layers_but_keeps_its_own_files() -> None:
+    """An opaque site-packages loses torch from below but keeps what the same layer wrote."""
+    layer = _layer(_dist(VENV, "torch", "2.12.1"), whiteouts=(f"{VENV}/.wh..wh..opq",))
+    assert layer.opaque == [f"/{VENV}"]
+    state, snap = _state(BASE, layer)
+    assert _names(snap)[f"/{VENV}"] == ["torch==2.12.1"]
+    assert f"/{VENV}/torch/__init__.py" not in state.hashes
+    assert _names(snap)[f"/{SYSTEM}"] == ["six==1.16.0"]
+
+
+def test_opaque_whiteout_at_a_parent_empties_everything_below() -> None:
+    """An opaque /opt (a directory replaced wholesale) drops both environments under it."""
+    layer = _layer({}, whiteouts=("opt/.wh..wh..opq",))
+    assert layer.opaque == ["/opt"]
+    _, snap = _state(BASE, layer)
+    assert _names(snap) == {f"/{SYSTEM}": ["six==1.16.0"]}
+
+
+def test_a_later_layer_reinstalls_after_a_whiteout() -> None:
+    """Whiteout then a fresh install of the same path in a later layer: the new one shows."""
+    wh = _layer({}, whiteouts=(".wh.opt",))
+    again = _layer(_dist(VENV, "torch", "2.12.1"))
+    _, snap = _state(BASE, wh, again)
+    assert _names(snap)[f"/{VENV}"] == ["torch==2.12.1"]

@@ -1,0 +1,93 @@
+"""The per-layer cache file format: exact round trips, misses instead of errors, atomicity.
+
+A damaged, truncated or foreign entry is a miss (the layer is read again), never an error
+or a wrong analysis; an entry is written through a temporary file, so nothing half-written
+is ever visible, and the same analysis always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pinguard.layers.analysis import LayerAnalysis
+from pinguard.layers.cache import LayerCache
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def _analysis(digest: str = DIGEST) -> LayerAnalysis:
+    return LayerAnalysis(
+        digest=digest,
+        files={"/b/METADATA": b"Name: b\n", "/a/bin": b"\x00\xff"},
+        hashes={"/z.py": "sha256=zz", "/a.py": "sha256=aa"},
+        whiteouts=["/y", "/x"],
+        opaque=["/o"],
+        members=3,
+        size=2048,
+    )
+
+
+def _entry(directory: Path) -> Path:
+    (entry,) = directory.iterdir()
+    return entry
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: text[: len(text) // 2],  # truncated
+        lambda text: "",  # empty
+        lambda text: "[]",  # valid JSON, wrong shape
+        lambda text: text.replace('"files":{', '"files":{"/c":{"b":"not base64!"},'),
+        lambda text: text.replace('"streamed":{}', '"streamed":"oops"'),
+        lambda text: json.dumps({**json.loads(text), "members": "many"}),
+        lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "hashes"}),
+    ],
+    ids=["truncated", "empty", "list", "bad-base64", "streamed-string", "bad-int", "no-hashes"],
+)
+def test_damaged_entry_is_a_miss(tmp_path: Path, damage: object) -> None:
+    """Whatever is wrong with an entry, ``get`` returns None rather than raising."""
+    cache = LayerCache(tmp_path, "k")
+    cache.put(_analysis())
+    entry = _entry(tmp_path)
+    entry.write_text(damage(entry.read_text()))  # type: ignore[operator]
+    assert cache.get(DIGEST) is None
+
+
+def test_entry_under_another_digest_is_a_miss(tmp_path: Path) -> None:
+    """An entry whose recorded digest is not the one its name says is not trusted."""
+    cache = LayerCache(tmp_path, "k")
+    cache.put(_analysis())
+    other = "sha256:" + "f" * 64
+    _entry(tmp_path).rename(tmp_path / f"sha256-{'f' * 64}.k.json")
+    assert cache.get(other) is None
+
+
+@pytest.mark.parametrize("bad", ["", "sha256", "sha256:", "sha256:../../etc", "../x:abc"])
+def test_a_digest_that_is_not_one_is_refused(tmp_path: Path, bad: str) -> None:
+    """Names that could escape the cache directory are never written (the error quotes the
+    value) and never read."""
+    cache = LayerCache(tmp_path / "c", "k")
+    with pytest.raises(ValueError, match=f"not a digest: {bad!r}"):
+        cache.put(_analysis(bad))
+    assert cache.get(bad) is None
+    assert not (tmp_path / "c").exists()
+
+
+def test_put_is_atomic_and_deterministic(tmp_path: Path) -> None:
+    """No temporary file is left; equal analyses built in another order give equal bytes."""
+    first, second = tmp_path / "one", tmp_path / "two"
+    LayerCache(first, "k").put(_analysis())
+    reordered = _analysis()
+    reordered.files = dict(reversed(list(reordered.files.items())))
+    reordered.hashes = dict(reversed(list(reordered.hashes.items())))
+    reordered.whiteouts.reverse()
+    LayerCache(second, "k").put(reordered)
+    assert [p.name for p in first.iterdir()] == [f"sha256-{'0123456789abcdef' * 4}.k.json"]
+    assert _entry(first).read_bytes() == _entry(second).read_bytes()
+    assert LayerCache(first, "k").get(DIGEST) == LayerAnalysis.from_json(
+        json.loads(_entry(second).read_text())
+    )
