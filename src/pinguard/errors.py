@@ -24,6 +24,10 @@ class UsageError(PinguardError):
     exit_code = EXIT_USAGE
 
 
+class OutputError(UsageError):
+    """An output file (``-o``) could not be written; an existing one is left intact."""
+
+
 class InvalidReference(UsageError, ValueError):
     """An image reference that no transport understands."""
 
