@@ -107,12 +107,14 @@ def _positive_int(text: str) -> int:
 
 def add_index_options(g: argparse._ActionsContainer) -> None:
     """Where a resolver looks for distributions (the options pip and uv spell the same)."""
-    from pinguard.repair.resolve.uv import INDEX_STRATEGIES
-
     g.add_argument("--index-url", metavar="URL")
     g.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
     g.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
-    g.add_argument("--index-strategy", choices=INDEX_STRATEGIES)
+    # the names of uv's strategies (resolve.uv.INDEX_STRATEGIES, not imported here: building
+    # the parser must not import the resolver, which the in-build pinguard.pyz does not ship)
+    g.add_argument(
+        "--index-strategy", choices=("first-index", "unsafe-first-match", "unsafe-best-match")
+    )
 
 
 def index_options(args: argparse.Namespace) -> IndexOptions:
