@@ -24,6 +24,10 @@ class UsageError(PinguardError):
     exit_code = EXIT_USAGE
 
 
+class OutputError(UsageError):
+    """An output file (``-o``) could not be written; an existing one is left intact."""
+
+
 class InvalidReference(UsageError, ValueError):
     """An image reference that no transport understands."""
 
@@ -54,6 +58,14 @@ class AuthError(SourceError):
 
 class BlobVerificationError(SourceError):
     """A blob's bytes did not match its digest or size."""
+
+
+class InvalidDigest(SourceError, ValueError):
+    """A digest string that is not ``sha256:<64 hex>`` or ``sha512:<128 hex>``."""
+
+
+class UnsupportedArtifact(SourceError):
+    """The reference names something that is not a container image (an SBOM, a signature)."""
 
 
 class LayerError(SourceError):

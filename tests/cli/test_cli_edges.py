@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from pinguard.audit.pipeline import audit_directory, audit_image
 from pinguard.cli import main
+from pinguard.layers.cache import entry_digest
 from pinguard.models import ChangeKind
 from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
 
@@ -83,10 +84,6 @@ def test_no_cache_neither_reads_nor_writes(
 ) -> None:
     """A poisoned entry is used with the cache and ignored with --no-cache; nothing is written."""
     cache = tmp_path / "cache"
-    assert run_cli(capsys, "audit", demo, "--cache-dir", str(cache), "--format", "json")[0] == 1
-    (entry,) = [p for p in cache.iterdir() if b"Version: 2.29.7\\n" in p.read_bytes()]
-    entry.write_bytes(entry.read_bytes().replace(b"Version: 2.29.7\\n", b"Version: 2.29.1\\n"))
-    before = {p.name: p.read_bytes() for p in cache.iterdir()}
 
     def nccl_after(*extra: str) -> str:
         code, out, _ = run_cli(capsys, "audit", demo, "--format", "json", *extra)
@@ -98,6 +95,19 @@ def test_no_cache_neither_reads_nor_writes(
             for c in s["changes"]
             if c["name"] == "nvidia-nccl-cu13" and c["kind"] == "downgraded"
         )
+
+    assert run_cli(capsys, "audit", demo, "--cache-dir", str(cache), "--format", "json")[0] == 1
+    (entry,) = [p for p in cache.iterdir() if b"Version: 2.29.7\\n" in p.read_bytes()]
+    entry.write_bytes(entry.read_bytes().replace(b"Version: 2.29.7\\n", b"Version: 2.29.1\\n"))
+    # an entry edited after it was written fails its content digest and is read again
+    assert nccl_after("--cache-dir", str(cache)) == "2.29.7"
+    # re-sealed, as a writer of whole entries could, the poison is what a cached run sees
+    entry.write_bytes(entry.read_bytes().replace(b"Version: 2.29.7\\n", b"Version: 2.29.1\\n"))
+    data = json.loads(entry.read_text())
+    del data["content"]
+    data["content"] = entry_digest(data)
+    entry.write_text(json.dumps(data))
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
 
     assert nccl_after("--cache-dir", str(cache)) == "2.29.1"  # the poison is read
     assert nccl_after("--cache-dir", str(cache), "--no-cache") == "2.29.7"

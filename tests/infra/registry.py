@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -169,6 +170,11 @@ class HTTPFront(_Server):
     ``redirect_blobs_to``: answer authorised blob GETs with a 307 to that base URL
     (``{base}/v2/REPO/blobs/DIGEST``), as registries backed by object storage do.
     ``transform(path, body)``: rewrite GET response bodies (to serve tampered bytes).
+    ``header_transform(path, body, headers)``: rewrite GET response headers after
+    ``transform`` (a hostile registry that also sends a matching Docker-Content-Digest).
+    ``break_blobs``: break the first N blob GET bodies after half their bytes, by closing
+    the connection (``break_mode="truncate"``) or resetting it with a TCP RST ("reset").
+    ``set_cookie``: a ``Set-Cookie`` value added to every response.
     Every request is kept in ``requests`` (headers included) for assertions."""
 
     def __init__(
@@ -180,9 +186,17 @@ class HTTPFront(_Server):
         retry_after: str | None = "0",
         redirect_blobs_to: str | None = None,
         transform: Callable[[str, bytes], bytes] | None = None,
+        header_transform: Callable[[str, bytes, dict[str, str]], dict[str, str]] | None = None,
+        break_blobs: int = 0,
+        break_mode: Literal["truncate", "reset"] = "truncate",
+        set_cookie: str | None = None,
     ) -> None:
         self.upstream = upstream
         self.transform = transform
+        self.header_transform = header_transform
+        self.break_remaining = break_blobs
+        self.break_mode = break_mode
+        self.set_cookie = set_cookie
         self.fail_remaining = fail_first
         self.fail_status = fail_status
         self.retry_after = retry_after
@@ -216,7 +230,37 @@ class _FrontHandler(_Handler):
         status, payload, out = self._forward(owner.upstream, body)
         if owner.transform is not None and self.command == "GET":
             payload = owner.transform(self.path, payload)
+        if owner.header_transform is not None and self.command == "GET":
+            out = owner.header_transform(self.path, payload, out)
+        if owner.set_cookie is not None:
+            out["Set-Cookie"] = owner.set_cookie
+        with owner.lock:
+            breaking = (
+                owner.break_remaining > 0
+                and self.command == "GET"
+                and "/blobs/" in self.path
+                and status == 200
+            )
+            if breaking:
+                owner.break_remaining -= 1
+        if breaking:
+            self._break(status, payload, out, owner.break_mode)
+            return
         self._reply(status, payload, out)
+
+    def _break(self, status: int, body: bytes, headers: Mapping[str, str], mode: str) -> None:
+        """Promise the whole body, send half, then close or reset the connection."""
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        if mode == "reset":
+            # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 

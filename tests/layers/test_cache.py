@@ -45,8 +45,23 @@ def _entry(directory: Path) -> Path:
         lambda text: text.replace('"streamed":{}', '"streamed":"oops"'),
         lambda text: json.dumps({**json.loads(text), "members": "many"}),
         lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "hashes"}),
+        # altered but still a valid analysis: another version in METADATA, a whiteout gone
+        lambda text: text.replace("Name: b", "Name: c"),
+        lambda text: text.replace('"/x",', ""),
+        lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "content"}),
     ],
-    ids=["truncated", "empty", "list", "bad-base64", "streamed-string", "bad-int", "no-hashes"],
+    ids=[
+        "truncated",
+        "empty",
+        "list",
+        "bad-base64",
+        "streamed-string",
+        "bad-int",
+        "no-hashes",
+        "edited-metadata",
+        "whiteout-removed",
+        "no-content-digest",
+    ],
 )
 def test_damaged_entry_is_a_miss(tmp_path: Path, damage: object) -> None:
     """Whatever is wrong with an entry, ``get`` returns None rather than raising."""
@@ -91,3 +106,4 @@ def test_put_is_atomic_and_deterministic(tmp_path: Path) -> None:
     assert LayerCache(first, "k").get(DIGEST) == LayerAnalysis.from_json(
         json.loads(_entry(second).read_text())
     )
+    assert json.loads(_entry(first).read_text())["content"].startswith("sha256:")

@@ -23,7 +23,7 @@ import pinguard
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.cache import LayerCache
+from pinguard.layers.cache import LayerCache, entry_digest
 from pinguard.testing.demo import build_demo
 
 PACKAGE = Path(pinguard.__file__).parent
@@ -136,12 +136,15 @@ def test_entry_of_another_walker_is_not_reused(demo: str, tmp_path: Path) -> Non
 
 def _poison(cache: Path) -> None:
     """Drop every captured dist-info file from the cached analyses: an audit that reads
-    these entries sees no distributions at all."""
+    these entries sees no distributions at all. The entries are re-sealed with their content
+    digest (as a writer of whole entries could), so that they are read."""
     for entry in cache.iterdir():
         data = json.loads(entry.read_text())
         analysis = LayerAnalysis.from_json(data)
         analysis.files = {p: b for p, b in analysis.files.items() if ".dist-info/" not in p}
-        entry.write_text(json.dumps(analysis.to_json()))
+        poisoned = analysis.to_json()
+        poisoned["content"] = entry_digest(poisoned)
+        entry.write_text(json.dumps(poisoned))
 
 
 def _packages(path: Path) -> int:

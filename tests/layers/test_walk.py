@@ -148,7 +148,11 @@ def reference(tar_bytes: bytes) -> list[tuple[str, bytes, int, str, bytes | None
 
 
 def reference_analysis(tar_bytes: bytes, digest: str) -> LayerAnalysis:
-    result = LayerAnalysis(digest=digest, size=len(tar_bytes))
+    result = LayerAnalysis(
+        digest=digest,
+        size=len(tar_bytes),
+        diff_id="sha256:" + hashlib.sha256(tar_bytes).hexdigest(),
+    )
     for path, _type, _size, _link, data, hashed in reference(tar_bytes):
         result.members += 1
         base = posixpath.basename(path)

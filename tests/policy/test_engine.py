@@ -358,6 +358,23 @@ SCOPES = [
         False,
     ),
     ("platform unknown fails closed", 'platforms = ["linux/amd64"]', None, (), True),
+    # aliases, as pinguard.target spells them: aarch64 is arm64 (whose default variant is v8)
+    (
+        "platform alias aarch64",
+        'platforms = ["linux/aarch64"]',
+        Platform("linux", "arm64"),
+        (),
+        True,
+    ),
+    (
+        "platform alias with variant",
+        'platforms = ["linux/aarch64/v8"]',
+        Platform("linux", "arm64"),
+        (),
+        True,
+    ),
+    ("platform alias x86_64", 'platforms = ["linux/x86_64"]', Platform("linux", "amd64"), (), True),
+    ("platform alias miss", 'platforms = ["linux/x86_64"]', Platform("linux", "arm64"), (), False),
     ("target given", 'targets = ["sm_121"]', Platform("linux", "arm64"), ("sm_121",), True),
     ("target other", 'targets = ["sm_121"]', Platform("linux", "arm64"), ("sm_90",), False),
     ("target none", 'targets = ["sm_121"]', Platform("linux", "arm64"), (), False),

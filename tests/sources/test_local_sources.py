@@ -43,6 +43,7 @@ from pinguard.sources.daemon import DaemonSource, history_from_docker
 from pinguard.sources.rootfs import DirSource
 from pinguard.testing.images import ImageWriter, layer_tar
 from pinguard.testing.images import sha256_digest as sha256
+from tests.infra.registry import _Handler, _Server
 from tests.infra.tools import require_root, require_tool
 
 # --------------------------------------------------------------------------- helpers
@@ -286,6 +287,29 @@ def test_daemon_missing_image_and_platform(built: dict[str, Any], podman: Any) -
         DaemonSource(
             built["tag"], SourceOptions(docker_host=podman.docker_host, platform=other)
         ).resolve()
+
+
+class _NoRootFSHandler(_Handler):
+    """Forwards GETs to podman's socket, dropping ``RootFS`` from image inspects (an old API)."""
+
+    def do_GET(self) -> None:
+        status, body = self.owner.podman.get(self.path)
+        if status == 200 and self.path.split("?")[0].endswith("/json"):
+            info = json.loads(body)
+            if isinstance(info, dict) and "RootFS" in info:
+                del info["RootFS"]
+                body = json.dumps(info).encode()
+        self._reply(status, body, {"Content-Type": "application/json"})
+
+
+@pytest.mark.integration
+def test_daemon_inspect_without_rootfs_is_an_error(built: dict[str, Any], podman: Any) -> None:
+    """An image inspect with no RootFS is an error, never an image without layers."""
+    with _Server(_NoRootFSHandler) as front:
+        front.podman = podman  # type: ignore[attr-defined]
+        options = SourceOptions(docker_host=f"tcp://{front.address}")
+        with pytest.raises(SourceError, match=r"image inspect has no RootFS\.Layers"):
+            DaemonSource(built["tag"], options).resolve()
 
 
 @pytest.mark.integration

@@ -23,8 +23,13 @@ from pinguard.audit.diff import diff_environments
 from pinguard.audit.loader import LoaderConfig, attach_native, image_env
 from pinguard.audit.state import State
 from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native
-from pinguard.errors import SourceError
-from pinguard.layers.analysis import LayerAnalysis, analyze_directory, analyze_stream
+from pinguard.errors import BlobVerificationError, SourceError
+from pinguard.layers.analysis import (
+    LayerAnalysis,
+    LayerLimits,
+    analyze_directory,
+    analyze_stream,
+)
 from pinguard.layers.cache import LayerCache
 from pinguard.models import (
     AuditResult,
@@ -56,6 +61,7 @@ class AuditOptions:
     cache_dir: Path | None = None  # None: no cache
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
+    limits: LayerLimits = LayerLimits()  # noqa: RUF009 - frozen, so sharing it is safe
 
     def analyzers(self) -> Analyzers:
         """The analyzers these options configure."""
@@ -67,6 +73,7 @@ def _analyze_blob(
     layer: LayerRef,
     analyzers: Analyzers,
     progress: Callable[[int], None] | None = None,
+    limits: LayerLimits | None = None,
 ) -> LayerAnalysis:
     return analyze_stream(
         stream,
@@ -75,6 +82,8 @@ def _analyze_blob(
         select=analyzers.selector(),
         open_stream=analyzers.open_stream,
         progress=progress,
+        diff_id=layer.diff_id,
+        limits=limits,
     )
 
 
@@ -117,14 +126,20 @@ def _byte_reporter(digest: str) -> Callable[[int], None] | None:
 
 
 def _analyze_one(
-    source: ImageSource, layer: LayerRef, analyzers: Analyzers, cache: LayerCache | None
+    source: ImageSource,
+    layer: LayerRef,
+    analyzers: Analyzers,
+    cache: LayerCache | None,
+    limits: LayerLimits,
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
     through the pool's queue as they flow, when the parent asked for progress."""
     stream = source.open_blob(layer)
     try:
-        analysis = _analyze_blob(stream, layer, analyzers, _byte_reporter(layer.digest))
+        analysis = _analyze_blob(
+            stream, layer, analyzers, _byte_reporter(layer.digest), limits=limits
+        )
     finally:
         stream.close()
     if cache is not None:
@@ -164,6 +179,7 @@ def _parallel(
     jobs: int,
     progress: Progress | None,
     cache: LayerCache | None,
+    limits: LayerLimits,
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
@@ -181,7 +197,8 @@ def _parallel(
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, analyzers, cache): layer for layer in ordered
+            pool.submit(_analyze_one, source, layer, analyzers, cache, limits): layer
+            for layer in ordered
         }
         try:
             while pending:
@@ -205,6 +222,7 @@ def _sequential(
     todo: Sequence[LayerRef],
     analyzers: Analyzers,
     progress: Progress | None,
+    limits: LayerLimits,
 ) -> dict[str, LayerAnalysis]:
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
@@ -212,7 +230,7 @@ def _sequential(
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick)
+        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits)
         if progress is not None:
             progress.done(layer)
     missing = wanted - set(out)
@@ -235,7 +253,9 @@ def load_layers(
     cached: its digest names it but does not address its content."""
     analyzers = options.analyzers()
     cache = (
-        LayerCache(options.cache_dir, analyzers.key()) if options.cache_dir is not None else None
+        LayerCache(options.cache_dir, f"{analyzers.key()}-{options.limits.key()}")
+        if options.cache_dir is not None
+        else None
     )
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
@@ -261,13 +281,21 @@ def load_layers(
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
-            found.update(_parallel(source, todo, analyzers, jobs, progress, cache))
+            found.update(_parallel(source, todo, analyzers, jobs, progress, cache, options.limits))
         else:
-            fresh = _sequential(source, todo, analyzers, progress)
+            fresh = _sequential(source, todo, analyzers, progress, options.limits)
             for analysis in fresh.values():
                 if cache is not None:
                     cache.put(analysis)
             found.update(fresh)
+    for layer in layers:
+        # fresh analyses were checked while streaming; this covers cache hits
+        analysis = found[layer.digest]
+        if layer.tree is None and layer.diff_id and analysis.diff_id != layer.diff_id:
+            raise BlobVerificationError(
+                f"layer {layer.digest}: its uncompressed tar is {analysis.diff_id or 'unknown'}, "
+                f"but the image config's diff_id is {layer.diff_id}"
+            )
     return found
 
 

@@ -23,6 +23,7 @@ from rich.progress import (
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.errors import UsageError
+from pinguard.layers.analysis import LayerLimits
 from pinguard.layers.cache import default_cache_dir
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
@@ -69,6 +70,40 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--jobs", type=int, default=0, help="layer worker processes (default: one per core)"
     )
+    defaults = LayerLimits()
+    g.add_argument(
+        "--max-metadata-size",
+        type=_positive_int,
+        default=defaults.max_capture,
+        metavar="BYTES",
+        help="a metadata file above this is not read and the audit is incomplete "
+        f"(default: {defaults.max_capture})",
+    )
+    g.add_argument(
+        "--max-layer-size",
+        type=_positive_int,
+        default=defaults.max_size,
+        metavar="BYTES",
+        help=f"a layer inflating past this is an error (default: {defaults.max_size})",
+    )
+    g.add_argument(
+        "--max-inflation",
+        type=_positive_int,
+        default=defaults.max_ratio,
+        metavar="RATIO",
+        help="a layer inflating more than RATIO bytes per stored byte (past "
+        f"{defaults.ratio_floor} bytes) is an error (default: {defaults.max_ratio})",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def add_index_options(g: argparse._ActionsContainer) -> None:
@@ -206,6 +241,11 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
         cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
         verify_records=args.verify_records,
         jobs=max(0, args.jobs),
+        limits=LayerLimits(
+            max_capture=args.max_metadata_size,
+            max_size=args.max_layer_size,
+            max_ratio=args.max_inflation,
+        ),
     )
     err = Console(stderr=True)
     if err.is_terminal:

@@ -15,11 +15,11 @@ import hashlib
 import os
 import posixpath
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from pinguard.errors import LayerError
+from pinguard.errors import BlobVerificationError, LayerError
 from pinguard.layers import blob
 from pinguard.layers.blob import DECOMPRESS_ERRORS, VerifyingReader, inflated_chunks
 from pinguard.layers.tar import (
@@ -36,6 +36,7 @@ from pinguard.layers.tar import (
     normalize,
     walk_members,
 )
+from pinguard.sources.digest import Digest
 
 
 @dataclass(slots=True)
@@ -60,6 +61,7 @@ class LayerAnalysis:
     # path -> link target as stored (symlinks) or as an absolute path (hard links), for
     # links the selector flagged LINK
     links: dict[str, str] = field(default_factory=dict)
+    diff_id: str = ""  # sha256 of the uncompressed tar as read ("" for a directory)
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
@@ -79,6 +81,7 @@ class LayerAnalysis:
             "unreadable": [list(u) for u in sorted(self.unreadable)],
             "streamed": dict(sorted(self.streamed.items())),
             "links": dict(sorted(self.links.items())),
+            "diff_id": self.diff_id,
         }
 
     @classmethod
@@ -100,6 +103,7 @@ class LayerAnalysis:
             unreadable=[(str(p), str(w)) for p, w in data.get("unreadable", [])],  # type: ignore[attr-defined]
             streamed=dict(data["streamed"]),  # type: ignore[call-overload]
             links=dict(data.get("links", {})),  # type: ignore[call-overload]
+            diff_id=str(data.get("diff_id", "")),
         )
 
 
@@ -107,14 +111,59 @@ WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 
 
+@dataclass(frozen=True, slots=True)
+class LayerLimits:
+    """Caps on the work one layer may cause (docs/reliability.md); beyond them, fail closed.
+
+    ``max_capture``: a selected metadata file (METADATA, RECORD, ...) larger than this is not
+    read into memory and is reported as incomplete. ``max_size``: a layer whose tar inflates
+    past this many bytes is an error. ``max_ratio``: once a layer has inflated past
+    ``ratio_floor`` bytes, inflating more than ``max_ratio`` bytes per stored byte is an
+    error (a decompression bomb)."""
+
+    max_capture: int = 16 << 20
+    max_size: int = 64 << 30
+    max_ratio: int = 1000
+    ratio_floor: int = 256 << 20
+
+    def key(self) -> str:
+        """A short name for these limits, part of the cache key (they change the analysis)."""
+        return f"c{self.max_capture}"
+
+
+def _guarded(
+    chunks: Iterator[bytes],
+    limits: LayerLimits,
+    stored: Callable[[], int],
+    h: hashlib._Hash,
+) -> Iterator[bytes]:
+    """Inflated chunks, hashed for the diff_id check and held to ``limits``."""
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > limits.max_size:
+            raise LayerError(f"inflates past the {limits.max_size}-byte layer size cap")
+        if total > limits.ratio_floor and total > limits.max_ratio * max(stored(), 1):
+            raise LayerError(
+                f"inflates more than {limits.max_ratio}:1 "
+                f"({total} bytes from {stored()}): refusing a decompression bomb"
+            )
+        h.update(chunk)
+        yield chunk
+
+
 def _record(result: LayerAnalysis, member: Member) -> None:
     """Add one walked member to the analysis: a whiteout, or what the selector kept."""
     path = member.path
+    if member.oversized:
+        result.unreadable.append((path, f"{member.size} bytes, above the metadata capture cap"))
     if ".wh." in path:
         cut = path.rfind("/")
         base = path[cut + 1 :]
         if base.startswith(WHITEOUT):
             parent = path[:cut] or "/"
+            if base == WHITEOUT:
+                raise LayerError(f"bare whiteout {path!r} names nothing to remove")
             if base == OPAQUE:
                 result.opaque.append(parent)
             else:
@@ -141,18 +190,31 @@ def analyze_stream(
     open_stream: StreamOpener | None = None,
     progress: Callable[[int], None] | None = None,
     prefetch: bool = True,
+    diff_id: str | None = None,
+    limits: LayerLimits | None = None,
 ) -> LayerAnalysis:
-    """Stream one blob: verify it, walk its tar, keep what ``select`` asks for."""
+    """Stream one blob: verify it, walk its tar, keep what ``select`` asks for.
+
+    The uncompressed tar (everything, including bytes after its end blocks) is hashed and
+    must match ``diff_id`` when one is given; ``limits`` bound the work (``LayerLimits``)."""
+    limits = limits or LayerLimits()
+    expected_diff = Digest.parse(diff_id, f"layer {digest} diff_id") if diff_id else None
     verifier = VerifyingReader(raw, digest, size, progress, prefetch=prefetch)
     try:
         result = LayerAnalysis(digest=digest or "")
         counter = [0]
+        tar_hash = hashlib.new(expected_diff.algorithm if expected_diff else "sha256")
         try:
-            src = Chunks(inflated_chunks(verifier))
-            for member in walk_members(src, select, False, counter, open_stream):
+            guarded = _guarded(inflated_chunks(verifier), limits, lambda: verifier.count, tar_hash)
+            src = Chunks(guarded)
+            for member in walk_members(
+                src, select, False, counter, open_stream, capture_limit=limits.max_capture
+            ):
                 _record(result, member)
+            src.drain()
             result.members = counter[0]
             result.size = src.total
+            result.diff_id = f"{tar_hash.name}:{tar_hash.hexdigest()}"
         except DECOMPRESS_ERRORS as exc:
             raise LayerError(f"layer {digest}: cannot decompress: {exc}") from exc
         except LayerError as exc:
@@ -164,6 +226,11 @@ def analyze_stream(
         computed = verifier.finish()
         if not result.digest:
             result.digest = computed
+        if expected_diff is not None and result.diff_id != str(expected_diff):
+            raise BlobVerificationError(
+                f"layer {digest}: its uncompressed tar is {result.diff_id}, but the image "
+                f"config's diff_id is {expected_diff}"
+            )
     finally:
         verifier.close()
     return result

@@ -8,8 +8,9 @@ whiteout recording, this format) and ``pinguard.catalog`` (the analyzers, their 
 registry), and the parts the analyzer registry adds (each analyzer's name, explicit version,
 options, and the source of the module that defines it, so an analyzer living elsewhere is
 covered too). Entries are JSON files written atomically (``pinguard.fileio.atomic_write``),
-so two runs sharing a cache directory never see a half-written entry; an unreadable entry is
-treated as missing.
+so two runs sharing a cache directory never see a half-written entry. Each entry carries
+the sha256 of its own canonical JSON (``"content"``), checked on read: an unreadable entry,
+or one altered after it was written (even into valid JSON), is treated as missing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from types import ModuleType
 from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerAnalysis
 
-FORMAT = "2"  # the JSON layout of an entry (2: "streamed" results)
+FORMAT = "3"  # the JSON layout of an entry (2: "streamed" results; 3: "content" digest)
 
 #: Packages whose every module's source is part of the key: the code that makes an analysis.
 PRODUCERS = ("pinguard.layers", "pinguard.catalog")
@@ -94,6 +95,8 @@ class LayerCache:
         try:
             with self._path(digest).open("rb") as fh:
                 data = json.load(fh)
+            if not isinstance(data, dict) or data.pop("content", None) != entry_digest(data):
+                return None
             analysis = LayerAnalysis.from_json(data)
         except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
             return None
@@ -101,6 +104,14 @@ class LayerCache:
 
     def put(self, analysis: LayerAnalysis) -> None:
         target = self._path(analysis.digest)
-        text = json.dumps(analysis.to_json(), separators=(",", ":"), sort_keys=True)
+        data = analysis.to_json()
+        data["content"] = entry_digest(data)
+        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, text)
+
+
+def entry_digest(data: dict[str, object]) -> str:
+    """sha256 of an entry's canonical JSON without its ``content`` field."""
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -65,6 +65,7 @@ class Member:
     data: bytes | None = None  # CAPTURE
     digest: str | None = None  # HASH
     streamed: object = None  # STREAM: what the member's stream consumer returned
+    oversized: bool = False  # CAPTURE was asked for but the member is above the capture cap
 
 
 def normalize(path: str) -> str:
@@ -239,12 +240,16 @@ def walk_members(
     everything: bool,
     counter: list[int],
     open_stream: StreamOpener | None = None,
+    capture_limit: int | None = None,
 ) -> Iterator[Member]:
     """The tar walk. With ``everything`` false only members ``select`` keeps and whiteout
     candidates are yielded (the rest are counted in ``counter[0]`` and passed over).
 
     A member selected with STREAM is fed to ``open_stream(path, size)`` while the walk
-    passes over it; asking for STREAM without an opener is a ``LayerError``."""
+    passes over it; asking for STREAM without an opener is a ``LayerError``. A member
+    selected with CAPTURE whose size is above ``capture_limit`` is not captured (memory stays
+    bounded): it is yielded with ``oversized`` set, for the caller to report as unread. A
+    negative or unparsable size is a ``LayerError``: the walk never moves backwards."""
     pending: dict[str, str] = {}
     long_name: str | None = None
     long_link: str | None = None
@@ -277,6 +282,9 @@ def walk_members(
                     size = _number(header[124:136])
             else:
                 size = _number(header[124:136])
+            if size < 0:
+                raw_name = header[0:100].split(b"\0", 1)[0]
+                raise LayerError(f"tar header for {raw_name!r} has a negative size {size}")
             padded = (size + 511) & ~511
             if typeflag in _META:
                 data = src.take(padded)[:size]
@@ -320,7 +328,10 @@ def walk_members(
                 if "linkpath" in pending:
                     link_b = pending["linkpath"]
                 if "size" in pending:
-                    size = int(pending["size"])
+                    text = pending["size"]
+                    if not text.isdigit():
+                        raise LayerError(f"PAX size {text!r} for {name!r} is not a size")
+                    size = int(text)
                     padded = 0 if typeflag in _NO_DATA else (size + 511) & ~511
                 pending = {}
             long_name = long_link = None
@@ -331,13 +342,17 @@ def walk_members(
                 want = LINK
             else:
                 want = SKIP
+            oversized = False
+            if want & CAPTURE and capture_limit is not None and size > capture_limit:
+                want &= ~CAPTURE
+                oversized = True
             if want in (SKIP, LINK):
                 end = src.pos + padded
                 if end <= len(src.buf):
                     src.pos = end
                 elif not src.skip(padded):
                     raise LayerError("layer tar ends inside a member (truncated)")
-                if not everything and want == SKIP and ".wh." not in path:
+                if not everything and want == SKIP and ".wh." not in path and not oversized:
                     continue
                 data_out: bytes | None = None
                 digest: str | None = None
@@ -371,7 +386,14 @@ def walk_members(
             if link_b is None:
                 link_b = header[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             yield Member(
-                path, typeflag, size, link_b, data=data_out, digest=digest, streamed=streamed
+                path,
+                typeflag,
+                size,
+                link_b,
+                data=data_out,
+                digest=digest,
+                streamed=streamed,
+                oversized=oversized,
             )
     finally:
         counter[0] += members

@@ -21,8 +21,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
+from pinguard.errors import InvalidPlatform
 from pinguard.models import Environment, Platform, Severity
-from pinguard.target import marker_environment
+from pinguard.target import marker_environment, parse_platform, platform_matches
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +162,16 @@ CONFIGURABLE_RULES = tuple(sorted(r for r, info in RULES.items() if info.configu
 
 
 def _platform_matches(pattern: str, platform: Platform) -> bool:
-    """``linux/arm64`` matches linux/arm64 and linux/arm64/v8; ``linux/arm64/v8`` only that."""
-    want = pattern.split("/")
-    have = [platform.os, platform.architecture, platform.variant]
-    return all(w == h for w, h in zip(want, have, strict=False))
+    """``linux/arm64`` matches linux/arm64 and linux/arm64/v8; ``linux/arm64/v8`` only that.
+
+    Parsed and matched by `pinguard.target`, so aliases count (``linux/aarch64`` is
+    linux/arm64, ``linux/x86_64`` is linux/amd64). A malformed pattern (refused when the
+    policy is loaded) matches nothing."""
+    try:
+        wanted = parse_platform(pattern)
+    except InvalidPlatform:
+        return False
+    return platform_matches(wanted, platform)
 
 
 @dataclass(frozen=True, slots=True)

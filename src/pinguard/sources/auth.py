@@ -134,19 +134,20 @@ def run_credential_helper(name: str, registry: str) -> Credentials | None:
     return Credentials(username=username, password=secret, origin=origin)
 
 
-def _from_auths_entry(entry: Any, origin: str) -> Credentials | None:
+def _from_auths_entry(entry: Any, origin: str, host: str) -> Credentials | None:
     if not isinstance(entry, dict):
         return None
     username = str(entry.get("username") or "")
     password = str(entry.get("password") or "")
     encoded = entry.get("auth")
     if isinstance(encoded, str) and encoded:
+        bad = f"{origin}: the 'auth' for host {host!r} is not base64 of user:password"
         try:
-            decoded = base64.b64decode(encoded, validate=False).decode("utf-8")
+            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
-            raise ConfigError(f"{origin}: 'auth' is not base64 of user:password") from None
+            raise ConfigError(f"{bad} (not valid base64)") from None
         if ":" not in decoded:
-            raise ConfigError(f"{origin}: 'auth' is not base64 of user:password")
+            raise ConfigError(f"{bad} (no ':' between user and password)")
         username, _, password = decoded.partition(":")
     token = str(entry.get("identitytoken") or "")
     if not (username or password or token):
@@ -157,6 +158,7 @@ def _from_auths_entry(entry: Any, origin: str) -> Credentials | None:
 def lookup_credentials(registry: str, configured_dir: str | None = None) -> Credentials | None:
     """Find credentials for ``registry`` (a host as in the reference, e.g. ``docker.io``)."""
     config = load_docker_config(configured_dir)
+    config_file = str(docker_config_dir(configured_dir) / "config.json")
     keys = _candidate_keys(registry)
     wanted = {_normalize_key(k) for k in keys}
 
@@ -177,12 +179,12 @@ def lookup_credentials(registry: str, configured_dir: str | None = None) -> Cred
         # Exact keys first, then keys written with a scheme or path.
         for key in keys:
             if key in auths:
-                found = _from_auths_entry(auths[key], f"config.json auths[{key!r}]")
+                found = _from_auths_entry(auths[key], f"{config_file!r} auths[{key!r}]", registry)
                 if found is not None:
                     return found
         for key, entry in sorted(auths.items()):
             if _normalize_key(str(key)) in wanted:
-                found = _from_auths_entry(entry, f"config.json auths[{key!r}]")
+                found = _from_auths_entry(entry, f"{config_file!r} auths[{key!r}]", registry)
                 if found is not None:
                     return found
     return None

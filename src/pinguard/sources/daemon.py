@@ -280,7 +280,10 @@ class DaemonSource(ImageSource):
         rootfs = info.get("RootFS")
         layer_ids = rootfs.get("Layers") if isinstance(rootfs, dict) else None
         if layer_ids is None:
-            layer_ids = []
+            raise SourceError(
+                f"{self.reference}: the daemon's image inspect has no RootFS.Layers "
+                "(an API too old to list layers); cannot tell which layers the image has"
+            )
         if not isinstance(layer_ids, list) or not all(isinstance(x, str) for x in layer_ids):
             raise SourceError(f"{self.reference}: the daemon's RootFS.Layers is not a list")
         history, notes = self._history(len(layer_ids))

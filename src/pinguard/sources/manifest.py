@@ -10,13 +10,13 @@ platform string means and which platforms match is `pinguard.target`'s.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
+from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError, UnsupportedArtifact
 from pinguard.models import Platform
+from pinguard.sources.digest import Digest
 from pinguard.sources.interface import LayerRef, ResolvedImage
 from pinguard.target import default_variant, platform_matches
 
@@ -28,24 +28,27 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
+DOCKER_SCHEMA1 = frozenset(
+    {
+        "application/vnd.docker.distribution.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v1+prettyjws",
+    }
+)
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
 MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 
 
 def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return str(Digest.of(data))
 
 
 def verify_bytes(data: bytes, digest: str, what: str, size: int | None = None) -> None:
     """Check a blob read whole against its descriptor; raise ``BlobVerificationError``."""
-    algo, _, expected = digest.partition(":")
-    try:
-        actual = hashlib.new(algo, data).hexdigest()
-    except (ValueError, TypeError):
-        raise BlobVerificationError(f"{what}: unsupported digest algorithm in {digest!r}") from None
-    if actual != expected.lower():
-        raise BlobVerificationError(f"{what}: content is {algo}:{actual}, expected {digest}")
+    expected = Digest.parse(digest, what)
+    actual = Digest.of(data, expected.algorithm)
+    if actual != expected:
+        raise BlobVerificationError(f"{what}: content is {actual}, expected {expected}")
     if size is not None and size != len(data):
         raise BlobVerificationError(f"{what}: size is {len(data)}, expected {size}")
 
@@ -80,6 +83,86 @@ def is_index(doc: Mapping[str, Any], media_type: str = "") -> bool:
     )
 
 
+def document_kind(
+    doc: Mapping[str, Any], what: str, *, content_type: str = "", descriptor_type: str = ""
+) -> str:
+    """Classify a fetched document as ``"index"`` or ``"manifest"``, refusing ambiguity.
+
+    Refused (``SourceError``): a document with both ``manifests`` and ``layers``; a
+    ``mediaType`` that disagrees with the HTTP Content-Type or with the descriptor that
+    pointed at it (the manifest/index confusion of CVE-2021-41190); Docker schema 1.
+    A manifest or index type that is not an image's (an artifact manifest) raises
+    ``UnsupportedArtifact``. ``content_type`` and ``descriptor_type`` count only when they
+    name a manifest or index type (registries may answer ``application/json``).
+    """
+    if "manifests" in doc and "layers" in doc:
+        raise SourceError(f"{what} is ambiguous: it has both 'manifests' and 'layers'")
+    if doc.get("schemaVersion") == 1 or content_type in DOCKER_SCHEMA1:
+        raise SourceError(f"{what} is a Docker schema 1 manifest, which is not supported")
+    declared = doc.get("mediaType")
+    if declared is not None and not isinstance(declared, str):
+        raise SourceError(f"{what} has a mediaType that is not a string: {declared!r}")
+    claims = [
+        (label, value)
+        for label, value in (
+            ("its mediaType", declared or ""),
+            ("the Content-Type", content_type),
+            ("the descriptor that pointed at it", descriptor_type),
+        )
+        if value in INDEX_TYPES | MANIFEST_TYPES
+    ]
+    if len({value for _, value in claims}) > 1:
+        listing = ", ".join(f"{label} says {value!r}" for label, value in claims)
+        raise SourceError(f"{what} is ambiguous: {listing}")
+    media_type = claims[0][1] if claims else (declared or "")
+    if media_type and media_type not in INDEX_TYPES | MANIFEST_TYPES:
+        raise UnsupportedArtifact(
+            f"unsupported: not an image: {what} has media type {media_type!r}"
+        )
+    if media_type in INDEX_TYPES or (not media_type and isinstance(doc.get("manifests"), list)):
+        if "config" in doc:
+            raise SourceError(f"{what} is ambiguous: an index with a 'config'")
+        return "index"
+    if not isinstance(doc.get("config"), dict) or not isinstance(doc.get("layers"), list):
+        raise SourceError(f"{what} is neither an image manifest nor an index")
+    return "manifest"
+
+
+IMAGE_CONFIG_TYPES = frozenset({OCI_CONFIG, DOCKER_CONFIG})
+LAYER_TYPE_PREFIXES = ("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")
+
+
+def check_image_manifest(manifest: Mapping[str, Any], what: str) -> None:
+    """Refuse a manifest that is not a container image with ``UnsupportedArtifact``.
+
+    An image has a config of an image-config media type and at least one layer; an SBOM,
+    a signature or any other OCI artifact (``artifactType``, an empty or custom config,
+    no layers) is "unsupported: not an image", never an image with zero packages.
+    """
+    descriptors(manifest, "layers", what)  # every digest validated before any is fetched
+    config_descriptor(manifest, what)
+    artifact = manifest.get("artifactType")
+    if isinstance(artifact, str) and artifact:
+        raise UnsupportedArtifact(
+            f"unsupported: not an image: {what} is an artifact of type {artifact!r}"
+        )
+    cdesc = manifest.get("config")
+    ctype = cdesc.get("mediaType") if isinstance(cdesc, dict) else None
+    if ctype is not None and ctype not in IMAGE_CONFIG_TYPES:
+        raise UnsupportedArtifact(
+            f"unsupported: not an image: {what} has a config of media type {ctype!r}"
+        )
+    layers = manifest.get("layers")
+    if isinstance(layers, list) and not layers:
+        raise UnsupportedArtifact(f"unsupported: not an image: {what} has no layers")
+    for desc in layers if isinstance(layers, list) else ():
+        ltype = desc.get("mediaType") if isinstance(desc, dict) else None
+        if isinstance(ltype, str) and ltype and not ltype.startswith(LAYER_TYPE_PREFIXES):
+            raise UnsupportedArtifact(
+                f"unsupported: not an image: {what} has a layer of media type {ltype!r}"
+            )
+
+
 def descriptors(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, Any]]:
     """The descriptor list ``doc[key]``, each checked to have a digest."""
     items = doc.get(key)
@@ -89,6 +172,7 @@ def descriptors(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, A
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("digest"), str):
             raise SourceError(f"{what} has a descriptor without a digest in {key!r}")
+        Digest.parse(item["digest"], f"{what} {key!r} entry")
         out.append(item)
     return out
 
@@ -154,7 +238,7 @@ def diff_ids(config: Mapping[str, Any], what: str) -> list[str]:
     ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise SourceError(f"{what} has no rootfs.diff_ids list")
-    return list(ids)
+    return [str(Digest.parse(i, f"{what} rootfs.diff_ids")) for i in ids]
 
 
 def layers_from_manifest(
@@ -187,6 +271,7 @@ def config_descriptor(manifest: Mapping[str, Any], what: str) -> dict[str, Any]:
     desc = manifest.get("config")
     if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str):
         raise SourceError(f"{what} has no config descriptor")
+    Digest.parse(desc["digest"], f"{what} config descriptor")
     return desc
 
 
@@ -209,8 +294,9 @@ def resolved_from_manifest(
     """
     label = what or reference
     manifest = parse_json_document(manifest_bytes, f"manifest of {label}")
-    if is_index(manifest):
+    if document_kind(manifest, f"manifest of {label}") != "manifest":
         raise SourceError(f"{label}: expected an image manifest, got an index")
+    check_image_manifest(manifest, f"manifest of {label}")
     cdesc = config_descriptor(manifest, f"manifest of {label}")
     size = cdesc.get("size")
     verify_bytes(

@@ -20,11 +20,11 @@ from typing import Any, BinaryIO
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.models import Platform
 from pinguard.sources import manifest as mf
+from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.tarindex import TarIndex
 from pinguard.target import host_platform, platform_matches
 
-_DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")
 _MAX_DEPTH = 4
 _SMALL_BLOB = 16 << 20  # manifests, indexes and configs are read whole up to this size
 
@@ -42,11 +42,21 @@ def split_path_and_tag(body: str, transport: str) -> tuple[str, str | None]:
 
 
 def blob_relpath(digest: str, what: str) -> str:
-    """``sha256:abc`` -> ``blobs/sha256/abc``, refusing anything that is not a digest."""
-    if not _DIGEST.fullmatch(digest):
-        raise SourceError(f"{what}: invalid digest {digest!r}")
-    algo, _, hexpart = digest.partition(":")
-    return f"blobs/{algo}/{hexpart}"
+    """``sha256:abc`` -> ``blobs/sha256/abc``, refusing anything that is not a valid digest."""
+    return Digest.parse(digest, what).relpath
+
+
+_LAYOUT_VERSION = re.compile(r"1\.\d+\.\d+")
+
+
+def check_layout_marker(data: bytes, what: str) -> None:
+    """The ``oci-layout`` file must be JSON with an ``imageLayoutVersion`` of 1.x.y."""
+    doc = mf.parse_json_document(data, f"{what} oci-layout")
+    version = doc.get("imageLayoutVersion")
+    if not isinstance(version, str) or not _LAYOUT_VERSION.fullmatch(version):
+        raise SourceError(
+            f"{what}: oci-layout has imageLayoutVersion {version!r}; only 1.x is supported"
+        )
 
 
 class _LayoutSource(ImageSource):
@@ -100,6 +110,13 @@ class _LayoutSource(ImageSource):
         return chosen
 
     def resolve(self) -> ResolvedImage:
+        try:
+            marker = self._read_file("oci-layout", 4096)
+        except ImageNotFound:
+            raise SourceError(
+                f"{self.reference}: not a valid OCI layout (no oci-layout file)"
+            ) from None
+        check_layout_marker(marker, self.reference)
         index = mf.parse_json_document(
             self._read_file("index.json", _SMALL_BLOB), f"{self.reference} index.json"
         )
@@ -124,7 +141,13 @@ class _LayoutSource(ImageSource):
             what = f"{self.reference} blob {desc['digest']}"
             data = self._read_blob(desc, what)
             doc = mf.parse_json_document(data, what)
-            if not mf.is_index(doc, desc.get("mediaType", "")):
+            descriptor_type = desc.get("mediaType")
+            kind = mf.document_kind(
+                doc,
+                what,
+                descriptor_type=descriptor_type if isinstance(descriptor_type, str) else "",
+            )
+            if kind == "manifest":
                 config_desc = mf.config_descriptor(doc, what)
                 config_bytes = self._read_file(
                     blob_relpath(config_desc["digest"], what), _SMALL_BLOB

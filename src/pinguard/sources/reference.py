@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pinguard.errors import InvalidReference
+from pinguard.errors import InvalidDigest, InvalidReference
+from pinguard.sources.digest import Digest
 
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
@@ -22,12 +23,10 @@ _HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"
 
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[\w][\w.-]{0,127}")
-_DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
 _HOST = re.compile(
     r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?::[0-9]+)?"
 )
-_KNOWN_DIGESTS = {"sha256": 64, "sha512": 128}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +66,11 @@ class DockerReference:
 
 
 def parse_digest(value: str) -> str:
-    """Validate a content digest (``algo:hex``); raise ``InvalidReference`` when malformed."""
-    if not _DIGEST.fullmatch(value):
-        raise InvalidReference(f"invalid digest {value!r}")
-    algo, _, hexpart = value.partition(":")
-    want = _KNOWN_DIGESTS.get(algo)
-    if want is not None and (len(hexpart) != want or hexpart != hexpart.lower()):
-        raise InvalidReference(f"invalid {algo} digest {value!r}")
-    return value
+    """Validate a content digest (``Digest.parse``); raise ``InvalidReference`` when malformed."""
+    try:
+        return str(Digest.parse(value))
+    except InvalidDigest as exc:
+        raise InvalidReference(f"invalid digest {value!r}: {exc}") from None
 
 
 def parse_reference(ref: str) -> DockerReference:

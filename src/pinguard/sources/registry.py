@@ -17,15 +17,16 @@ lazily per process, so a source can be pickled or used after ``fork``.
 from __future__ import annotations
 
 import email.utils
-import hashlib
+import http.cookiejar
 import io
 import ipaddress
+import json
 import logging
 import os
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -35,11 +36,12 @@ import urllib3
 
 from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, SourceError
 from pinguard.models import Platform
+from pinguard.sources import manifest as mf
 from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
+from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.manifest import (
     descriptor_platform,
-    parse_json_document,
     platform_from_config,
     sha256_digest,
     verify_bytes,
@@ -53,16 +55,13 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_SCHEMA1 = (
-    "application/vnd.docker.distribution.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v1+prettyjws",
-)
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
 MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 ACCEPT = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 64 * 1024 * 1024
+MAX_TOKEN_BYTES = 1024 * 1024
 MAX_REDIRECTS = 10
 MAX_INDEX_DEPTH = 4
 MAX_RETRY_AFTER = 60.0
@@ -150,6 +149,21 @@ def _retryable(status: int) -> bool:
     return status == 429 or (status >= 500 and status not in _NOT_RETRYABLE_5XX)
 
 
+class _BrokenBody(SourceError):
+    """A response body that broke off while being read (reset, truncated)."""
+
+
+class _NoCookies(http.cookiejar.DefaultCookiePolicy):
+    """Store no cookie: the distribution API is stateless, and a cookie a registry sets would
+    otherwise be sent to every port of that host (cookies ignore ports) and to redirects."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+
 class _NoNetrc(requests.auth.AuthBase):
     """An explicit no-op auth, so requests never adds ~/.netrc credentials on its own."""
 
@@ -164,30 +178,80 @@ class _Token:
 
 
 class _ResponseStream(io.RawIOBase):
-    """The raw (undecoded) body of a streamed response; ``close`` releases the connection."""
+    """The raw (undecoded) body of a streamed blob response; ``close`` releases it.
 
-    def __init__(self, response: requests.Response, what: str) -> None:
+    A read that fails mid-body, or an end of body before ``size`` bytes (or before the
+    response's Content-Length), reopens the blob with ``opener`` and skips the bytes already
+    delivered, at most ``retries`` times; the caller's digest check covers the whole."""
+
+    def __init__(
+        self,
+        opener: Callable[[], requests.Response],
+        what: str,
+        retries: int = 0,
+        size: int | None = None,
+    ) -> None:
         super().__init__()
-        self._response = response
+        self._opener = opener
         self._what = what
+        self._retries_left = retries
+        self._response: requests.Response | None = opener()
+        self._delivered = 0
+        self._expected = size if size is not None else _content_length(self._response)
 
     def readable(self) -> bool:
         return True
 
+    def _read(self, n: int) -> bytes:
+        assert self._response is not None
+        data = self._response.raw.read(n, decode_content=False)
+        if not data and self._expected is not None and self._delivered < self._expected:
+            raise urllib3.exceptions.IncompleteRead(self._delivered, self._expected)
+        return bytes(data)
+
+    def _reopen(self, cause: BaseException) -> None:
+        if self._retries_left <= 0:
+            raise SourceError(
+                f"reading {self._what} failed after {self._delivered} bytes: {type(cause).__name__}"
+            ) from cause
+        self._retries_left -= 1
+        log.debug("%s broke after %d bytes; fetching it again", self._what, self._delivered)
+        if self._response is not None:
+            self._response.close()
+        self._response = None
+        response = self._opener()
+        self._response = response
+        skip = self._delivered
+        while skip > 0:
+            chunk = response.raw.read(min(skip, BLOB_BUFFER), decode_content=False)
+            if not chunk:
+                raise urllib3.exceptions.IncompleteRead(self._delivered - skip, self._delivered)
+            skip -= len(chunk)
+
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        try:
-            data = self._response.raw.read(len(view), decode_content=False)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise SourceError(f"reading {self._what} failed: {type(exc).__name__}") from exc
+        while True:
+            try:
+                if self._response is None:
+                    raise urllib3.exceptions.ProtocolError("no response")
+                data = self._read(len(view))
+                break
+            except (urllib3.exceptions.HTTPError, OSError, requests.RequestException) as exc:
+                self._reopen(exc)
         n = len(data)
         view[:n] = data
+        self._delivered += n
         return n
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self._response is not None:
             self._response.close()
         super().close()
+
+
+def _content_length(response: requests.Response) -> int | None:
+    value = response.headers.get("Content-Length")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 # --- the source --------------------------------------------------------------------------
@@ -240,6 +304,7 @@ class RegistrySource(ImageSource):
         if session is None:
             # Sessions inherited through fork share sockets with the parent: drop, never reuse.
             session = requests.Session()
+            session.cookies.set_policy(_NoCookies())
             session.headers["User-Agent"] = "pinguard (+https://github.com/pinguard)"
             self._sessions = {pid: session}
         return session
@@ -333,7 +398,7 @@ class RegistrySource(ImageSource):
             url = realm + ("&" if parts.query else "?") + urlencode(query)
             if creds is not None and creds.has_basic:
                 auth = creds.basic_header()
-        response = self._send_with_retries(method, url, {}, auth, stream=False, data=data)
+        response = self._send_with_retries(method, url, {}, auth, stream=True, data=data)
         try:
             if response.status_code in (401, 403):
                 if creds is None:
@@ -349,8 +414,11 @@ class RegistrySource(ImageSource):
                 raise SourceError(
                     f"token server for {self.ref.api_host} answered HTTP {response.status_code}"
                 )
+            raw = self._read_limited(
+                response, MAX_TOKEN_BYTES, f"token answer for {self.ref.api_host}"
+            )
             try:
-                body = response.json()
+                body = json.loads(raw)
             except ValueError:
                 raise SourceError(
                     f"token server for {self.ref.api_host} answered something that is not JSON"
@@ -401,7 +469,13 @@ class RegistrySource(ImageSource):
             if response.status_code not in _REDIRECTS or not location:
                 return response
             response.close()
-            url = urljoin(url, location)
+            target = urljoin(url, location)
+            if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
+                raise SourceError(
+                    f"{self.ref.api_host} redirected from https to {urlsplit(target).scheme}; "
+                    "refusing to continue without TLS"
+                )
+            url = target
             if _origin(url) != origin:
                 carry_auth = False  # never again on this chain, even back on the origin
             if response.status_code == 303 or (
@@ -489,8 +563,27 @@ class RegistrySource(ImageSource):
                     raise SourceError(f"{what} is larger than {limit} bytes")
                 chunks.append(chunk)
         except requests.RequestException as exc:
-            raise SourceError(f"reading {what} failed: {type(exc).__name__}") from None
+            raise _BrokenBody(f"reading {what} failed: {type(exc).__name__}") from None
         return b"".join(chunks)
+
+    def _get_small(
+        self, url: str, headers: Mapping[str, str], limit: int, what: str
+    ) -> tuple[bytes, requests.structures.CaseInsensitiveDict[str]]:
+        """GET a document read whole (manifest, config); a body that breaks off is fetched
+        again, at most ``max_retries`` times."""
+        attempt = 0
+        while True:
+            response = self._request(url, headers, stream=True)
+            self._check_status(response, what)
+            try:
+                return self._read_limited(response, limit, what), response.headers
+            except _BrokenBody:
+                if attempt >= self.options.max_retries:
+                    raise
+                log.debug("%s broke off; fetching it again", what)
+            finally:
+                response.close()
+            attempt += 1
 
     def _check_status(self, response: requests.Response, what: str) -> None:
         if response.status_code == 200:
@@ -506,43 +599,45 @@ class RegistrySource(ImageSource):
     # --- manifests and blobs ------------------------------------------------------------
 
     def _fetch_manifest(self, reference: str) -> tuple[bytes, str, str]:
-        """Return (bytes, media type, digest) of a manifest, verified when by digest."""
-        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
+        """Return (bytes, media type, digest) of a manifest, verified against its digest.
+
+        By digest: the bytes must hash to it. By tag: when the registry sends
+        ``Docker-Content-Digest``, the bytes must hash to that."""
+        wanted = Digest.parse(reference, "manifest reference") if ":" in reference else None
+        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{wanted or reference}"
         what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(url, {"Accept": ACCEPT}, stream=True)
-        self._check_status(response, what)
-        try:
-            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
-            content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        finally:
-            response.close()
-        if ":" in reference and not reference.startswith(":"):
-            verify_bytes(body, reference, what)
-            digest = reference
+        body, headers = self._get_small(url, {"Accept": ACCEPT}, MAX_MANIFEST_BYTES, what)
+        content_type = headers.get("Content-Type", "").split(";")[0].strip()
+        header = headers.get("Docker-Content-Digest")
+        claimed = Digest.parse(header, f"{what}: Docker-Content-Digest") if header else None
+        if wanted is not None and claimed is not None and claimed != wanted:
+            raise BlobVerificationError(
+                f"{what}: the registry's Docker-Content-Digest is {claimed}, not {wanted}"
+            )
+        expected = wanted or claimed
+        if expected is not None:
+            actual = Digest.of(body, expected.algorithm)
+            if actual != expected:
+                raise BlobVerificationError(
+                    f"{what}: the registry sent bytes with digest {actual}, expected {expected}"
+                )
+            digest = str(expected)
         else:
-            digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
+            digest = str(Digest.of(body))
         return body, content_type, digest
 
     def _parse_manifest(
-        self, body: bytes, content_type: str, what: str
+        self, body: bytes, content_type: str, what: str, descriptor_type: str = ""
     ) -> tuple[dict[str, Any], str]:
-        data = parse_json_document(body, what)
-        media_type = data.get("mediaType") if isinstance(data.get("mediaType"), str) else ""
-        if not media_type:
-            if content_type in INDEX_TYPES | MANIFEST_TYPES:
-                media_type = content_type
-            elif isinstance(data.get("manifests"), list):
-                media_type = OCI_INDEX
-            elif isinstance(data.get("layers"), list) and isinstance(data.get("config"), dict):
-                media_type = OCI_MANIFEST
-        if (
-            media_type in DOCKER_SCHEMA1
-            or content_type in DOCKER_SCHEMA1
-            or data.get("schemaVersion") == 1
-        ):
-            raise SourceError(f"{what} is a Docker schema 1 manifest, which is not supported")
+        data = mf.parse_json_document(body, what)
+        kind = mf.document_kind(
+            data, what, content_type=content_type, descriptor_type=descriptor_type
+        )
+        media_type = data.get("mediaType") or content_type or descriptor_type
         if media_type not in INDEX_TYPES | MANIFEST_TYPES:
-            raise SourceError(f"{what} has an unsupported media type {media_type!r}")
+            media_type = OCI_INDEX if kind == "index" else OCI_MANIFEST
+        if (media_type in INDEX_TYPES) != (kind == "index"):
+            raise SourceError(f"{what} is ambiguous: its shape disagrees with {media_type!r}")
         return data, str(media_type)
 
     def _select(self, index: Mapping[str, Any], what: str) -> tuple[dict[str, Any], Platform]:
@@ -569,17 +664,16 @@ class RegistrySource(ImageSource):
 
     def _fetch_config(self, digest: str) -> dict[str, Any]:
         what = f"config {digest} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(self._blob_url(digest), {}, stream=True)
-        self._check_status(response, what)
-        try:
-            body = self._read_limited(response, MAX_CONFIG_BYTES, what)
-        finally:
-            response.close()
-        verify_bytes(body, digest, what)
-        return parse_json_document(body, what)
+        expected = Digest.parse(digest, what)
+        body, _headers = self._get_small(self._blob_url(digest), {}, MAX_CONFIG_BYTES, what)
+        actual = Digest.of(body, expected.algorithm)
+        if actual != expected:
+            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
+        return mf.parse_json_document(body, what)
 
     def _blob_url(self, digest: str) -> str:
-        return f"{self.base_url}/v2/{self.ref.repository}/blobs/{digest}"
+        checked = Digest.parse(digest, f"blob of {self.ref.api_host}/{self.ref.repository}")
+        return f"{self.base_url}/v2/{self.ref.repository}/blobs/{checked}"
 
     def platforms(self) -> tuple[Platform, ...]:
         """The platforms of the index the reference names (one when it is an image)."""
@@ -604,24 +698,26 @@ class RegistrySource(ImageSource):
         """Fetch the manifest (choosing a platform from an index) and the image config."""
         notes: list[str] = []
         reference = self.ref.manifest_reference
+        descriptor_type = ""
         chosen_platform: Platform | None = None
         for _depth in range(MAX_INDEX_DEPTH):
             body, content_type, digest = self._fetch_manifest(reference)
             what = f"{self.display} (manifest {digest})"
-            manifest, media_type = self._parse_manifest(body, content_type, what)
+            manifest, media_type = self._parse_manifest(body, content_type, what, descriptor_type)
             if media_type not in INDEX_TYPES:
                 break
             desc, chosen_platform = self._select(manifest, self.display)
             child = desc.get("digest")
-            if not isinstance(child, str) or ":" not in child:
+            if not isinstance(child, str):
                 raise SourceError(f"{what}: an index entry has no digest")
-            reference = child
+            reference = str(Digest.parse(child, f"{what} index entry"))
+            child_type = desc.get("mediaType")
+            descriptor_type = child_type if isinstance(child_type, str) else ""
         else:
             raise SourceError(f"{self.display}: indexes nested too deeply")
 
-        config_desc = manifest.get("config")
-        if not isinstance(config_desc, dict) or not isinstance(config_desc.get("digest"), str):
-            raise SourceError(f"{what} has no config descriptor")
+        mf.check_image_manifest(manifest, what)
+        config_desc = mf.config_descriptor(manifest, what)
         config = self._fetch_config(config_desc["digest"])
 
         config_platform = platform_from_config(config)
@@ -646,47 +742,32 @@ class RegistrySource(ImageSource):
                     f"single-platform image for {chosen_platform}, not this machine's "
                     f"{host_platform()}"
                 )
-
-        rootfs = config.get("rootfs")
-        diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-        layer_descs = manifest.get("layers") or []
-        if not isinstance(layer_descs, list):
-            raise SourceError(f"{what}: 'layers' is not a list")
-        if isinstance(diff_ids, list) and len(diff_ids) != len(layer_descs):
-            raise BlobVerificationError(
-                f"{what} lists {len(layer_descs)} layers but its config lists "
-                f"{len(diff_ids)} diff_ids"
-            )
-        layers: list[LayerRef] = []
-        for i, desc in enumerate(layer_descs):
-            if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str):
-                raise SourceError(f"{what}: layer {i} has no digest")
-            size = desc.get("size")
-            diff_id = diff_ids[i] if isinstance(diff_ids, list) else None
-            layers.append(
-                LayerRef(
-                    digest=desc["digest"],
-                    size=size if isinstance(size, int) else None,
-                    media_type=str(desc.get("mediaType") or ""),
-                    diff_id=diff_id if isinstance(diff_id, str) else None,
-                )
-            )
         return ResolvedImage(
             reference=self.display,
             transport="docker",
             manifest_digest=digest,
             platform=chosen_platform,
             config=config,
-            layers=tuple(layers),
+            layers=mf.layers_from_manifest(manifest, config, what),
             notes=tuple(notes),
         )
 
     def open_blob(self, layer: LayerRef) -> BinaryIO:
-        """Stream one blob as stored; the caller verifies its digest and size."""
+        """Stream one blob as stored; the caller verifies its digest and size.
+
+        A stream that breaks or ends short (a reset connection, a truncated body) is fetched
+        again from the start, at most ``max_retries`` times, skipping what was already
+        delivered; past that it raises ``SourceError``."""
         what = f"blob {layer.digest} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(self._blob_url(layer.digest), {}, stream=True)
-        self._check_status(response, what)
-        return io.BufferedReader(_ResponseStream(response, what), buffer_size=BLOB_BUFFER)
+        url = self._blob_url(layer.digest)
+
+        def opener() -> requests.Response:
+            response = self._request(url, {}, stream=True)
+            self._check_status(response, what)
+            return response
+
+        stream = _ResponseStream(opener, what, self.options.max_retries, layer.size)
+        return io.BufferedReader(stream, buffer_size=BLOB_BUFFER)
 
     # --- raw reads and pushes (attestations; see pinguard.sources.referrers) -------------
 
