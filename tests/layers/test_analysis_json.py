@@ -19,6 +19,7 @@ def sample() -> LayerAnalysis:
         unreadable=[("/p/q", "cannot read: Permission denied"), ("/a/b", "cannot read: gone")],
         streamed={"/z/lib.so": {"soname": "lib.so"}, "/a/x.so": {"soname": "x.so"}},
         links={"/usr/lib/libz.so.1": "libz.so.1.3", "/lib": "usr/lib"},
+        diff_id="sha256:" + "cd" * 32,
     )
 
 
@@ -35,6 +36,7 @@ def test_json_shape_is_sorted_and_encodes_text_and_bytes() -> None:
         "unreadable": [["/a/b", "cannot read: gone"], ["/p/q", "cannot read: Permission denied"]],
         "streamed": {"/a/x.so": {"soname": "x.so"}, "/z/lib.so": {"soname": "lib.so"}},
         "links": {"/lib": "usr/lib", "/usr/lib/libz.so.1": "libz.so.1.3"},
+        "diff_id": "sha256:" + "cd" * 32,
     }
     assert list(sample().to_json()["files"]) == ["/a/bin.so", "/b/METADATA"]  # type: ignore[call-overload]
 
@@ -51,6 +53,7 @@ def test_round_trip_through_json_text() -> None:
     assert (back.members, back.size) == (12, 10240)
     assert back.streamed == original.streamed
     assert back.links == original.links
+    assert back.diff_id == original.diff_id
     assert back.unreadable == [
         ("/a/b", "cannot read: gone"),
         ("/p/q", "cannot read: Permission denied"),
