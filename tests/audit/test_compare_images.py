@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,24 +161,27 @@ def test_compare_and_audit_html_of_the_story_in_a_browser(
 
 
 @pytest.fixture(scope="module")
-def platform_index(tmp_path_factory: pytest.TempPathFactory) -> str:
+def platform_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A manifest list in containers-storage: amd64 with NCCL 2.30.3, arm64 with 2.29.7,
-    both with filelock 3.16.1 (so exactly one row differs)."""
+    both with filelock 3.16.1 (so exactly one row differs). Named per test process, so two
+    test runs sharing containers-storage never rebuild each other's list mid-push."""
     require_build_tools()
-    from tests.infra.multiarch import build_index
+    from tests.infra.multiarch import build_index, remove_index
 
     root = tmp_path_factory.mktemp("multiarch")
     wheels = root / "wheels"
     nccl = {v: build_wheel(WheelSpec("nvidia-nccl-cu13", v), wheels) for v in ("2.30.3", "2.29.7")}
     filelock = build_wheel(WheelSpec("filelock", "3.16.1"), wheels)
-    return build_index(
+    name = build_index(
         root,
-        "localhost/pinguard-test/glm-multiarch:latest",
+        f"localhost/pinguard-test/glm-multiarch:{os.getpid()}",
         {
             "linux/amd64": [[filelock], [nccl["2.30.3"]]],
             "linux/arm64": [[filelock], [nccl["2.29.7"]]],
         },
     )
+    yield name
+    remove_index(name, ("linux/amd64", "linux/arm64"))
 
 
 def _platform_rows(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

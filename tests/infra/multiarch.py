@@ -49,3 +49,10 @@ def build_index(workdir: Path, name: str, steps: Mapping[str, Sequence[Sequence[
 def push_index(name: str, destination: str) -> None:
     """``buildah manifest push --all NAME DEST`` (``oci:DIR:TAG`` or ``docker://HOST/R:T``)."""
     _buildah("manifest", "push", "--all", "--tls-verify=false", name, destination)
+
+
+def remove_index(name: str, platforms: Sequence[str]) -> None:
+    """Remove the manifest list ``name`` and the per-platform images :func:`build_index` made."""
+    subprocess.run(["buildah", "manifest", "rm", name], capture_output=True, check=False)
+    tags = [f"{name}-{p.split('/')[1]}" for p in platforms]
+    subprocess.run(["buildah", "rmi", *tags], capture_output=True, check=False)
