@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from tests.infra.build import (
     file_lock,
     image_config,
     image_exists,
+    image_id,
     image_labels,
 )
 from tests.infra.wheels import WheelSpec, build_wheels, wheel_bytes
@@ -318,16 +318,6 @@ def _log_path(fp: str, tag: str) -> Path:
     return cache_dir() / f"scenario-{fp[:16]}-{tag.rsplit(':', 1)[1]}.log"
 
 
-def _image_id(ref: str) -> str:
-    return subprocess.run(
-        ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-
-
 def build_scenario(
     workdir: Path,
     *,
@@ -338,7 +328,7 @@ def build_scenario(
     nightly_wheels: Path,
 ) -> Scenario:
     """Build (or reuse) the bad and good images; raise :class:`BuildError` if a build fails."""
-    base_id = _image_id(base_image)
+    base_id = image_id(base_image)
     base_history = len(image_config(base_image).get("history", []))
     fp = fingerprint(base_id)
     force = os.environ.get("PINGUARD_TEST_REBUILD", "") not in {"", "0"}
@@ -365,7 +355,7 @@ def build_scenario(
             logs.append(log.read_text() if log.exists() else "")
             images[tag] = ScenarioImage(
                 tag=tag,
-                image_id=_image_id(tag),
+                image_id=image_id(tag),
                 steps=steps,
                 history_base=base_history,
                 reused=reuse,
