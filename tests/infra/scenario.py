@@ -297,6 +297,15 @@ class Scenario:
     nightly_wheels: Path
     log: str = field(default="", repr=False)
 
+    def known_good(self) -> dict[str, str]:
+        """name -> version in the system site-packages after steps A and B (from scenario data)."""
+        state: dict[str, str] = {}
+        for key in ("A", "B"):
+            for c in self.bad.step(key).changes:
+                if c.environment == SITE and c.after is not None:
+                    state[c.name] = c.after
+        return state
+
 
 def build_scenario_wheels(main_dir: Path, nightly_dir: Path) -> None:
     build_wheels(MAIN_WHEELS, main_dir)

@@ -98,16 +98,6 @@ def bad_audit(bad_image_oci: str, cache: str) -> AuditResult:
     return audit_image(bad_image_oci, options=AuditOptions(cache_dir=Path(cache)))
 
 
-def known_good(scenario: Scenario) -> dict[str, str]:
-    """name -> version in the system site-packages after steps A and B (from scenario data)."""
-    state: dict[str, str] = {}
-    for key in ("A", "B"):
-        for c in scenario.bad.step(key).changes:
-            if c.environment == SITE and c.after is not None:
-                state[c.name] = c.after
-    return state
-
-
 def manifest_digest(ref: str) -> str:
     skopeo = require_tool("skopeo")
     proc = subprocess.run(
@@ -133,7 +123,7 @@ def test_constraints_pin_the_whole_pre_downgrade_set(
     assert pins["nvidia-nccl-cu13"] == "2.30.3"
     assert pins["nvidia-cutlass-dsl"] == "4.3.0"
     assert pins["torch"] == "2.11.0+cu130"
-    assert pins == known_good(scenario)
+    assert pins == scenario.known_good()
     body = [ln for ln in emitted.text.splitlines() if ln and not ln.startswith("#")]
     assert body == sorted(body)
 
