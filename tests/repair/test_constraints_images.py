@@ -9,8 +9,6 @@ nowhere else.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import subprocess
 from dataclasses import dataclass
@@ -20,7 +18,6 @@ import pytest
 import tomlkit
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
-from pinguard.cli import main
 from pinguard.models import AuditResult
 from pinguard.repair.resolve import (
     IndexOptions,
@@ -29,6 +26,7 @@ from pinguard.repair.resolve import (
     verify_constraints,
 )
 from tests.infra.build import build_image, mounted_image, remove_image
+from tests.infra.cli import cli
 from tests.infra.index import IndexServer
 from tests.infra.paths import POLICIES
 from tests.infra.scenario import (
@@ -66,14 +64,6 @@ class Emitted:
                 name, _, version = line.partition("==")
                 out[name] = version
         return out
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    """Run the real CLI in-process; (exit code, stdout + stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue() + err.getvalue()
 
 
 @pytest.fixture(scope="module")

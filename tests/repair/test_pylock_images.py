@@ -8,30 +8,21 @@ throwaway target and the versions found there are read from the directory, not f
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import subprocess
 from pathlib import Path
 
 import pytest
 import tomlkit
 
-from pinguard.cli import main
 from pinguard.repair.resolve.uv import uv_bin
+from tests.infra.cli import cli
 from tests.infra.index import IndexServer
 from tests.infra.scenario import Scenario
 
 pytestmark = pytest.mark.integration
 
 GB10 = Path(__file__).parents[2] / "policies" / "glm-serving-gb10.toml"
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue() + err.getvalue()
 
 
 @pytest.fixture(scope="module")
