@@ -44,6 +44,15 @@ GOOD_TAG = f"{REPOSITORY}:good"
 FINGERPRINT_LABEL = "io.pinguard.test.scenario"
 SITE = BASE_SITE_PACKAGES  # where Debian's pip installs as root
 VENV_SITE = "/opt/venv/lib/python3.11/site-packages"
+# the fixtures in tests/conftest.py that export the bad image, one per transport pinguard reads
+BAD_IMAGE_EXPORTS = (
+    "bad_image_oci",
+    "bad_image_oci_zstd",
+    "bad_image_oci_uncompressed",
+    "bad_image_oci_archive",
+    "bad_image_docker_archive",
+    "bad_image_registry",
+)
 
 _LINUX = '; platform_system == "Linux"'
 
