@@ -243,32 +243,24 @@ def main(argv: list[str] | None = None) -> int:
         ref = f"oci:{layout}:bad"
         audit = audit_image(ref)
         bad_step = [s.index for s in audit.steps if "torch==2.12.1" in s.created_by][-1]
-        code = pinguard(
-            [
-                "constraints",
-                ref,
-                "--policy",
-                str(POLICY.relative_to(ROOT)),
-                "--step",
-                str(bad_step),
-                "--no-cache",
-                "-o",
-                str(args.out),
-            ]
-        )
+        # the known-good set just before the step that installed torch 2.12.1
+        constraints = [
+            "constraints",
+            ref,
+            "--policy",
+            str(POLICY.relative_to(ROOT)),
+            "--step",
+            str(bad_step),
+            "--no-cache",
+        ]
+        code = pinguard([*constraints, "-o", str(args.out)])
         if code != 0:
             return code
         # the same set as a PEP 751 lock of the real wheels on PyPI (URLs and sha256 from the
         # index, chosen by tags for CPython 3.11 on x86_64 with the image's glibc)
         code = pinguard(
             [
-                "constraints",
-                ref,
-                "--policy",
-                str(POLICY.relative_to(ROOT)),
-                "--step",
-                str(bad_step),
-                "--no-cache",
+                *constraints,
                 "--format",
                 "pylock",
                 "--index-url",

@@ -7,38 +7,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.infra.paths import REPO
+from tests.infra.bench import run_benchmark
 from tests.infra.tools import require_tool
-
-ROOT = REPO
 
 
 def test_benchmark_smoke(tmp_path: Path) -> None:
     """--smoke exits 0 within a minute and prints every figure of the table."""
     require_tool("docker-registry")
     require_tool("skopeo")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "audit_bench.py"),
-            "--smoke",
-            "--workdir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    stdout = run_benchmark("audit_bench.py", "--smoke", "--workdir", str(tmp_path), timeout=120)
     for row in (
         "fetch only",
         "floor (fetch + inflate)",
@@ -48,5 +27,5 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "cold --verify-records",
         "cold/floor:",
     ):
-        assert row in proc.stdout, proc.stdout
-    assert "peak RSS" in proc.stdout
+        assert row in stdout, stdout
+    assert "peak RSS" in stdout

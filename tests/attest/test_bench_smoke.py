@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.infra.bench import run_benchmark
 from tests.infra.tools import require_tool
 
-ROOT = Path(__file__).resolve().parents[2]
 FIGURES = (
     "statement of 50 distributions",
     "envelope",
@@ -31,16 +26,7 @@ def test_attest_benchmark_smoke() -> None:
     require_tool("docker-registry")
     require_tool("skopeo")
     require_tool("openssl")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "attest_bench.py"), "--smoke"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
+    stdout = run_benchmark("attest_bench.py", "--smoke", timeout=180)
+    lines = stdout.splitlines()
     for figure in FIGURES:
-        assert any(line.startswith(figure) for line in lines), (figure, proc.stdout)
+        assert any(line.startswith(figure) for line in lines), (figure, stdout)

@@ -18,19 +18,11 @@ from pinguard.models import AuditResult, ChangeKind
 from pinguard.sources.interface import SourceOptions
 from tests.infra.paths import AUDIT_SCHEMA
 from tests.infra.podman import PodmanService
-from tests.infra.scenario import Scenario
+from tests.infra.scenario import BAD_IMAGE_EXPORTS, Scenario
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = AUDIT_SCHEMA
-TRANSPORTS = (
-    "bad_image_oci",
-    "bad_image_oci_zstd",
-    "bad_image_oci_uncompressed",
-    "bad_image_oci_archive",
-    "bad_image_docker_archive",
-    "bad_image_registry",
-)
 
 
 def _observed(
@@ -78,7 +70,7 @@ def check_scenario(result: AuditResult, scenario: Scenario) -> None:
         assert {f"{u.package} {u.version}: {u.requirement}" for u in unmet} == set(step.unmet_after)
 
 
-@pytest.mark.parametrize("fixture", TRANSPORTS)
+@pytest.mark.parametrize("fixture", BAD_IMAGE_EXPORTS)
 def test_every_transport_sees_the_silent_downgrade(
     fixture: str, request: pytest.FixtureRequest, scenario: Scenario
 ) -> None:

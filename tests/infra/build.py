@@ -95,6 +95,12 @@ def image_exists(ref: str) -> bool:
     return _run(["buildah", "inspect", "--type", "image", ref], timeout=60).returncode == 0
 
 
+def image_id(ref: str) -> str:
+    """The image ID (``.FromImageID``) of a stored image, which changes when any layer does."""
+    argv = ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref]
+    return _checked(argv, timeout=60).strip()
+
+
 def image_config(ref: str) -> dict[str, Any]:
     """The OCI image config (``history``, ``rootfs.diff_ids``, ``config``) of a stored image."""
     out = _checked(["skopeo", "inspect", "--config", f"containers-storage:{ref}"], timeout=120)

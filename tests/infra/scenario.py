@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from tests.infra.build import (
     file_lock,
     image_config,
     image_exists,
+    image_id,
     image_labels,
 )
 from tests.infra.wheels import WheelSpec, build_wheels, wheel_bytes
@@ -44,6 +44,15 @@ GOOD_TAG = f"{REPOSITORY}:good"
 FINGERPRINT_LABEL = "io.pinguard.test.scenario"
 SITE = BASE_SITE_PACKAGES  # where Debian's pip installs as root
 VENV_SITE = "/opt/venv/lib/python3.11/site-packages"
+# the fixtures in tests/conftest.py that export the bad image, one per transport pinguard reads
+BAD_IMAGE_EXPORTS = (
+    "bad_image_oci",
+    "bad_image_oci_zstd",
+    "bad_image_oci_uncompressed",
+    "bad_image_oci_archive",
+    "bad_image_docker_archive",
+    "bad_image_registry",
+)
 
 _LINUX = '; platform_system == "Linux"'
 
@@ -297,6 +306,15 @@ class Scenario:
     nightly_wheels: Path
     log: str = field(default="", repr=False)
 
+    def known_good(self) -> dict[str, str]:
+        """name -> version in the system site-packages after steps A and B (from scenario data)."""
+        state: dict[str, str] = {}
+        for key in ("A", "B"):
+            for c in self.bad.step(key).changes:
+                if c.environment == SITE and c.after is not None:
+                    state[c.name] = c.after
+        return state
+
 
 def build_scenario_wheels(main_dir: Path, nightly_dir: Path) -> None:
     build_wheels(MAIN_WHEELS, main_dir)
@@ -318,16 +336,6 @@ def _log_path(fp: str, tag: str) -> Path:
     return cache_dir() / f"scenario-{fp[:16]}-{tag.rsplit(':', 1)[1]}.log"
 
 
-def _image_id(ref: str) -> str:
-    return subprocess.run(
-        ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-
-
 def build_scenario(
     workdir: Path,
     *,
@@ -338,7 +346,7 @@ def build_scenario(
     nightly_wheels: Path,
 ) -> Scenario:
     """Build (or reuse) the bad and good images; raise :class:`BuildError` if a build fails."""
-    base_id = _image_id(base_image)
+    base_id = image_id(base_image)
     base_history = len(image_config(base_image).get("history", []))
     fp = fingerprint(base_id)
     force = os.environ.get("PINGUARD_TEST_REBUILD", "") not in {"", "0"}
@@ -365,7 +373,7 @@ def build_scenario(
             logs.append(log.read_text() if log.exists() else "")
             images[tag] = ScenarioImage(
                 tag=tag,
-                image_id=_image_id(tag),
+                image_id=image_id(tag),
                 steps=steps,
                 history_base=base_history,
                 reused=reuse,

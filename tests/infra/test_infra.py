@@ -36,7 +36,7 @@ from tests.infra.build import (
 )
 from tests.infra.index import JSON_TYPE, IndexServer
 from tests.infra.podman import PodmanService
-from tests.infra.scenario import GOOD_STEPS, SITE, STEPS, VENV_SITE, Scenario
+from tests.infra.scenario import BAD_IMAGE_EXPORTS, GOOD_STEPS, SITE, STEPS, VENV_SITE, Scenario
 from tests.infra.wheels import WheelSpec, build_wheel, core_metadata, wheel_bytes
 
 UV = Path(sys.executable).parent / "uv"
@@ -299,17 +299,7 @@ def test_scenario_step_c_log_shows_the_silent_break(scenario: Scenario) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(
-    "fixture",
-    [
-        "bad_image_oci",
-        "bad_image_oci_zstd",
-        "bad_image_oci_uncompressed",
-        "bad_image_oci_archive",
-        "bad_image_docker_archive",
-        "bad_image_registry",
-    ],
-)
+@pytest.mark.parametrize("fixture", BAD_IMAGE_EXPORTS)
 def test_exports_of_bad_image_are_readable(
     fixture: str, scenario: Scenario, request: pytest.FixtureRequest
 ) -> None:

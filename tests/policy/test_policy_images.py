@@ -33,6 +33,7 @@ from tests.infra.build import (
     file_lock,
     image_config,
     image_exists,
+    image_id,
     image_labels,
 )
 from tests.infra.index import IndexServer, serve_index
@@ -148,16 +149,6 @@ class PolicyImage:
         return self.history_base + 1 + [s.key for s in STEPS].index(key)
 
 
-def _image_id(ref: str) -> str:
-    return subprocess.run(
-        ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-
-
 @pytest.fixture(scope="session")
 def policy_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     """A loopback index with this module's wheels."""
@@ -173,7 +164,7 @@ def policy_image(
 ) -> PolicyImage:
     """The rules image, built (or reused by fingerprint) and exported as an OCI layout."""
     skopeo = require_tool("skopeo")
-    h = hashlib.sha256(f"policy-rules v1\nbase {_image_id(base_image)}\n".encode())
+    h = hashlib.sha256(f"policy-rules v1\nbase {image_id(base_image)}\n".encode())
     for spec in WHEELS:
         h.update(hashlib.sha256(wheel_bytes(spec)).digest())
     h.update(dockerfile_text("BASE").encode())

@@ -9,8 +9,6 @@ nowhere else.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import subprocess
 from dataclasses import dataclass
@@ -20,7 +18,6 @@ import pytest
 import tomlkit
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
-from pinguard.cli import main
 from pinguard.models import AuditResult
 from pinguard.repair.resolve import (
     IndexOptions,
@@ -29,6 +26,7 @@ from pinguard.repair.resolve import (
     verify_constraints,
 )
 from tests.infra.build import build_image, mounted_image, remove_image
+from tests.infra.cli import cli
 from tests.infra.index import IndexServer
 from tests.infra.paths import POLICIES
 from tests.infra.scenario import (
@@ -68,14 +66,6 @@ class Emitted:
         return out
 
 
-def cli(*argv: str) -> tuple[int, str]:
-    """Run the real CLI in-process; (exit code, stdout + stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue() + err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One layer cache for every audit in this module (so each layer is read once)."""
@@ -96,16 +86,6 @@ def emitted(bad_image_oci: str, cache: str, tmp_path_factory: pytest.TempPathFac
 def bad_audit(bad_image_oci: str, cache: str) -> AuditResult:
     """The audit of the bad image: what the real build did, step by step."""
     return audit_image(bad_image_oci, options=AuditOptions(cache_dir=Path(cache)))
-
-
-def known_good(scenario: Scenario) -> dict[str, str]:
-    """name -> version in the system site-packages after steps A and B (from scenario data)."""
-    state: dict[str, str] = {}
-    for key in ("A", "B"):
-        for c in scenario.bad.step(key).changes:
-            if c.environment == SITE and c.after is not None:
-                state[c.name] = c.after
-    return state
 
 
 def manifest_digest(ref: str) -> str:
@@ -133,7 +113,7 @@ def test_constraints_pin_the_whole_pre_downgrade_set(
     assert pins["nvidia-nccl-cu13"] == "2.30.3"
     assert pins["nvidia-cutlass-dsl"] == "4.3.0"
     assert pins["torch"] == "2.11.0+cu130"
-    assert pins == known_good(scenario)
+    assert pins == scenario.known_good()
     body = [ln for ln in emitted.text.splitlines() if ln and not ln.startswith("#")]
     assert body == sorted(body)
 

@@ -8,39 +8,21 @@ throwaway target and the versions found there are read from the directory, not f
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import subprocess
 from pathlib import Path
 
 import pytest
 import tomlkit
 
-from pinguard.cli import main
 from pinguard.repair.resolve.uv import uv_bin
+from tests.infra.cli import cli
 from tests.infra.index import IndexServer
-from tests.infra.scenario import SITE, Scenario
+from tests.infra.scenario import Scenario
 
 pytestmark = pytest.mark.integration
 
 GB10 = Path(__file__).parents[2] / "policies" / "glm-serving-gb10.toml"
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue() + err.getvalue()
-
-
-def known_good(scenario: Scenario) -> dict[str, str]:
-    state: dict[str, str] = {}
-    for key in ("A", "B"):
-        for c in scenario.bad.step(key).changes:
-            if c.environment == SITE and c.after is not None:
-                state[c.name] = c.after
-    return state
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +68,7 @@ def test_pylock_locks_the_known_good_set_with_index_hashes(
         'platform_machine == "x86_64" and implementation_name == "cpython"'
     ]
     locked = {p["name"]: p["version"] for p in doc["packages"]}
-    assert locked == known_good(scenario)
+    assert locked == scenario.known_good()
     assert [p["name"] for p in doc["packages"]] == sorted(locked)
     main_dir = scenario_wheels[0]
     for package in doc["packages"]:
@@ -134,7 +116,7 @@ def test_pylock_installs_with_uv_and_reproduces_the_known_good_versions(
             if line.startswith(("Name: ", "Version: "))
         )
         found[fields["Name"].lower().replace("_", "-")] = fields["Version"]
-    assert found == known_good(scenario)
+    assert found == scenario.known_good()
 
 
 def test_pylock_names_what_the_index_lacks(

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import tomlkit
 
-from pinguard.cli import main
+from tests.infra.cli import cli_streams as cli
 
 ROOT = Path(__file__).parents[2]
 GB10 = ROOT / "policies" / "glm-serving-gb10.toml"
 CU13 = ROOT / "constraints" / "glm-serving-cu13.txt"
 CU13_LOCK = ROOT / "constraints" / "pylock.glm-serving-cu13.toml"
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_constraints_folder_checks_clean() -> None:

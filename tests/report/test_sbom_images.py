@@ -9,9 +9,7 @@ layout's own manifest and config (read here, not by pinguard).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -24,19 +22,12 @@ from cyclonedx.validation.json import JsonStrictValidator
 from spdx_tools.spdx.parser.parse_anything import parse_file
 from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
-from pinguard.cli import main
+from tests.infra.cli import cli
 from tests.infra.scenario import SITE, VENV_SITE, Scenario
 
 pytestmark = pytest.mark.integration
 
 SPDX_SCHEMA = Path(__file__).parents[1] / "data" / "spdx-schema-2.3.json"
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue() + err.getvalue()
 
 
 def layout_facts(ref: str) -> tuple[str, list[str | None]]:

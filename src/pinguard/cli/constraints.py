@@ -17,6 +17,7 @@ from pinguard.cli.common import (
     run_audit,
 )
 from pinguard.errors import UsageError
+from pinguard.fileio import atomic_write
 from pinguard.models import AuditResult, Severity
 from pinguard.policy.effective import effective_policy
 
@@ -98,17 +99,26 @@ def run(args: argparse.Namespace) -> int:
         key = emit.UV_KEYS[args.override]
         print(f"wrote [tool.uv] {key} ({len(cs.entries)} pins) to {args.pyproject}", file=report)
     else:
-        text = emit.render_pip(cs)
-        if args.output:
-            emit.write_text(args.output, text)
-            print(f"wrote {len(cs.entries)} constraints to {args.output}", file=report)
-        else:
-            sys.stdout.write(text)
-    if cs.bad_step is not None:
-        print(f"known-good state: just before step {cs.bad_step.index} ({cs.reason})", file=report)
+        _write_or_print(args, emit.render_pip(cs), f"{len(cs.entries)} constraints", report)
+    _say_known_good(cs, report)
     if not args.verify:
         return 0
     return verify(args, result, cs, report)
+
+
+def _write_or_print(args: argparse.Namespace, text: str, what: str, report: TextIO) -> None:
+    """Write ``text`` atomically to ``-o`` and say so on ``report``, or print it to stdout."""
+    if args.output:
+        atomic_write(args.output, text)
+        print(f"wrote {what} to {args.output}", file=report)
+    else:
+        sys.stdout.write(text)
+
+
+def _say_known_good(cs: ConstraintSet, report: TextIO) -> None:
+    """The step the known-good state comes from, when the set was taken before one."""
+    if cs.bad_step is not None:
+        print(f"known-good state: just before step {cs.bad_step.index} ({cs.reason})", file=report)
 
 
 def run_pylock(
@@ -118,7 +128,6 @@ def run_pylock(
     import tempfile
     from pathlib import Path
 
-    from pinguard.fileio import atomic_write
     from pinguard.repair import pylock
     from pinguard.repair.resolve import SimpleIndex, TargetEnvironment
     from pinguard.repair.resolve.uv import install_lock
@@ -131,13 +140,8 @@ def run_pylock(
         cs, client=client, target=target, glibc=pylock.glibc_of(result.final.debs)
     )
     text = pylock.render_pylock(lock)
-    if args.output:
-        atomic_write(args.output, text)
-        print(f"wrote {len(lock.packages)} locked packages to {args.output}", file=out)
-    else:
-        sys.stdout.write(text)
-    if cs.bad_step is not None:
-        print(f"known-good state: just before step {cs.bad_step.index} ({cs.reason})", file=out)
+    _write_or_print(args, text, f"{len(lock.packages)} locked packages", out)
+    _say_known_good(cs, out)
     if not args.verify:
         return 0
     with tempfile.TemporaryDirectory(prefix="pinguard-pylock-") as tmp:

@@ -45,6 +45,29 @@ class Hit:
     origin: Origin | None = None  # the entry that produced it; None: the rule's table
 
 
+def _dist_hit(
+    rule: str,
+    message: str,
+    facts: Facts,
+    env: Environment,
+    dist: Distribution,
+    severity: Severity | None = None,
+    origin: Origin | None = None,
+) -> Hit:
+    """A hit about one installed distribution: its name, environment, step and version."""
+    return Hit(
+        rule,
+        message,
+        dist.name,
+        env.path,
+        facts.step_of(env.path, dist),
+        (dist.raw_version,),
+        frozenset({dist.name}),
+        severity,
+        origin,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Facts:
     """The audit result plus what rules need to judge it."""
@@ -103,15 +126,13 @@ def pin_violation(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
                 if version is not None and pin.specifier.contains(version, prereleases=True):
                     continue
                 what = "is not a PEP 440 version, so it cannot" if version is None else "does not"
-                yield Hit(
+                yield _dist_hit(
                     "pin-violation",
                     f"{dist.name} {dist.raw_version} {what} satisfy the pin "
                     f"{dist.name}{pin.specifier}{_why(pin.reason, pin.link)}",
-                    dist.name,
-                    env.path,
-                    facts.step_of(env.path, dist),
-                    (dist.raw_version,),
-                    frozenset({dist.name}),
+                    facts,
+                    env,
+                    dist,
                     pin.severity,
                     pin.origin,
                 )
@@ -130,15 +151,13 @@ def forbidden_version(facts: Facts, forbidden: Iterable[Forbidden]) -> Iterator[
                     continue
                 if not entry.specifier.contains(version, prereleases=True):
                     continue
-                yield Hit(
+                yield _dist_hit(
                     "forbidden-version",
                     f"{dist.name} {dist.raw_version} is forbidden ({dist.name}{entry.specifier}): "
                     f"{entry.reason}" + (f" (see {entry.link})" if entry.link else ""),
-                    dist.name,
-                    env.path,
-                    facts.step_of(env.path, dist),
-                    (dist.raw_version,),
-                    frozenset({dist.name}),
+                    facts,
+                    env,
+                    dist,
                     entry.severity,
                     entry.origin,
                 )
@@ -183,14 +202,12 @@ def unpinned_prerelease(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
             ):
                 continue
             kind = "nightly (dev release)" if version.is_devrelease else "pre-release"
-            yield Hit(
+            yield _dist_hit(
                 "unpinned-prerelease",
                 f"{dist.name} {dist.raw_version} is a {kind} and no pin names that exact version",
-                dist.name,
-                env.path,
-                facts.step_of(env.path, dist),
-                (dist.raw_version,),
-                frozenset({dist.name}),
+                facts,
+                env,
+                dist,
             )
 
 
@@ -365,28 +382,27 @@ def record_mismatch(facts: Facts, file_digests: Mapping[str, str]) -> Iterator[H
                     changed.append(path)
             if not changed and not missing:
                 continue
-            parts = []
-            if changed:
-                parts.append(
-                    f"{len(changed)} changed ({', '.join(sorted(changed)[:_SHOWN_PATHS])}"
-                    + (", ..." if len(changed) > _SHOWN_PATHS else "")
-                    + ")"
-                )
-            if missing:
-                parts.append(
-                    f"{len(missing)} missing ({', '.join(sorted(missing)[:_SHOWN_PATHS])}"
-                    + (", ..." if len(missing) > _SHOWN_PATHS else "")
-                    + ")"
-                )
-            yield Hit(
+            parts = [
+                _some_paths(label, paths)
+                for label, paths in (("changed", changed), ("missing", missing))
+                if paths
+            ]
+            yield _dist_hit(
                 "record-mismatch",
                 f"{dist.name} {dist.raw_version}: files differ from RECORD: {'; '.join(parts)}",
-                dist.name,
-                env.path,
-                facts.step_of(env.path, dist),
-                (dist.raw_version,),
-                frozenset({dist.name}),
+                facts,
+                env,
+                dist,
             )
+
+
+def _some_paths(label: str, paths: list[str]) -> str:
+    """``3 changed (a, b, ...)``: how many paths, the first few of them sorted."""
+    return (
+        f"{len(paths)} {label} ({', '.join(sorted(paths)[:_SHOWN_PATHS])}"
+        + (", ..." if len(paths) > _SHOWN_PATHS else "")
+        + ")"
+    )
 
 
 def duplicate_distribution(facts: Facts) -> Iterator[Hit]:

@@ -348,11 +348,6 @@ def update_pyproject(text: str, cs: ConstraintSet, *, override: bool = False) ->
     return tomlkit.dumps(doc)
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write atomically (temporary file in the same directory, then ``os.replace``)."""
-    atomic_write(path, text)
-
-
 def write_pyproject(
     path: str | os.PathLike[str], cs: ConstraintSet, *, override: bool = False
 ) -> str:
