@@ -8,8 +8,10 @@ names, versions and messages are written by hand from the bytes each test made.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pinguard.audit.pipeline import audit_image
@@ -191,3 +193,45 @@ def test_unknown_version_is_never_pinned(tmp_path: Path) -> None:
     )
     (env,) = result.final.environments
     assert [(c.name, c.specifier) for c in merge_pins(env, {})] == [("six", "==1.16.0")]
+
+
+def test_legacy_version_change_is_never_an_upgrade_or_downgrade(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``6.7.8.9-10.el7`` -> ``6.7.8.9-9.el7`` has no PEP 440 order: the change is
+    ``changed`` and the downgrade rule, which needed the order, fails the gate."""
+    meta = f"{SITE}/rpmish-6.7.8.9.dist-info/METADATA"
+    ref = _layout(
+        tmp_path,
+        {meta: _metadata("rpmish", "6.7.8.9-10.el7")},
+        {meta: _metadata("rpmish", "6.7.8.9-9.el7")},
+    )
+    result = audit_image(ref)
+    changes = [(c.name, c.kind.value, c.before, c.after) for s in result.steps for c in s.changes]
+    assert changes == [
+        ("rpmish", "added", None, "6.7.8.9-10.el7"),
+        ("rpmish", "changed", "6.7.8.9-10.el7", "6.7.8.9-9.el7"),
+    ]
+    assert main(["audit", ref, "--no-cache", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    schema = Path(__file__).parents[2] / "src/pinguard/schemas/audit-v1.schema.json"
+    jsonschema.validate(doc, json.loads(schema.read_text()))
+    assert '"kind": "changed"' in json.dumps(doc)
+    assert [f["rule"] for f in doc["findings"]] == ["downgrade"]
+    assert "whether this is a downgrade is unknown" in doc["findings"][0]["message"]
+
+
+def test_every_format_renders_a_changed_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pinguard.report.formats import FORMATS
+
+    meta = f"{SITE}/rpmish-1.dist-info/METADATA"
+    ref = _layout(
+        tmp_path,
+        {meta: _metadata("rpmish", "1-el7")},
+        {meta: _metadata("rpmish", "1-el8")},
+    )
+    for name in FORMATS:
+        assert main(["audit", ref, "--no-cache", "--format", name]) == 1, name
+        assert "1-el8" in capsys.readouterr().out, name

@@ -148,11 +148,25 @@ def downgrade(facts: Facts, config: RuleConfig) -> Iterator[Hit]:
     """Every change a step made that moved a distribution to an older version."""
     for step in facts.result.steps:
         for change in step.changes:
-            if change.kind is not ChangeKind.DOWNGRADED:
+            if change.kind not in {ChangeKind.DOWNGRADED, ChangeKind.CHANGED}:
                 continue
             if change.name in config.allow:
                 continue
             if config.packages and change.name not in config.packages:
+                continue
+            if change.kind is ChangeKind.CHANGED:
+                # fail closed: a legacy version's order is unknown, so this may be a downgrade
+                yield Hit(
+                    "downgrade",
+                    f"step {step.index} changed {change.name} from {change.before} to "
+                    f"{change.after}; one of them is not a PEP 440 version, so whether this "
+                    "is a downgrade is unknown",
+                    change.name,
+                    change.environment,
+                    step.index,
+                    tuple(v for v in (change.before, change.after) if v is not None),
+                    frozenset({change.name}),
+                )
                 continue
             causes = " / ".join(
                 f"{c.package} {c.version} requires {c.requirement}" for c in change.causes
