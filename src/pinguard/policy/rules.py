@@ -92,8 +92,34 @@ def _why(reason: str, link: str) -> str:
 
 
 def pin_violation(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
-    """Installed versions outside a pin; a version that is not PEP 440 cannot satisfy one."""
+    """Installed versions outside a pin; a version that is not PEP 440 cannot satisfy one.
+
+    A pin (for this run's platform and targets) that covers at least one environment, or an
+    image without environments, but names no distribution installed in those is a warning,
+    "pin matches nothing": a misspelt or stale pin guards nothing, and silence would read
+    as "within the pin"."""
     pins = tuple(pins)
+    for pin in pins:
+        if not pin.scope.matches_run(facts.platform, facts.targets):
+            continue
+        covered = [env for env in facts.environments if facts.in_scope(pin.scope, env)]
+        if facts.environments and not covered:
+            continue  # scoped to environments (or Pythons) this image does not have
+        if any(d.name == pin.package for env in covered for d in env.distributions):
+            continue
+        where = "any environment" if facts.environments else "the image (no environments found)"
+        yield Hit(
+            "pin-violation",
+            f"pin matches nothing: no distribution named {pin.package} is installed in "
+            f"{where} the pin {pin.package}{pin.specifier} covers",
+            pin.package,
+            None,
+            None,
+            (),
+            frozenset({pin.package}),
+            Severity.WARNING,
+            pin.origin,
+        )
     for env in facts.environments:
         for dist in env.distributions:
             for pin in pins:
