@@ -45,3 +45,15 @@ def test_pin_matching_nothing_is_a_warning(
         "environment the pin numpyy<2,>=1 covers"
     )
     assert main([*args, "--fail-on", "warning"]) == 1
+
+
+def test_duplicate_key_in_a_policy_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by tests/test_fuzz.py: tomlkit's KeyAlreadyPresent is not a ParseError."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[pin]]\npackage = "six"\npackage = "six"\nversion = ">=1"\n')
+    assert main(["audit", _layout(tmp_path), "--no-cache", "--policy", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert 'invalid TOML: Key "package" already exists' in err
+    assert "Traceback" not in err
