@@ -26,6 +26,9 @@ class ChangeKind(str, enum.Enum):
     UPGRADED = "upgraded"
     DOWNGRADED = "downgraded"
     REINSTALLED = "reinstalled"
+    # a version change where either side is not PEP 440 (``6.7.8.9-10.el7``): its order is
+    # unknown, so it is never called an upgrade or a downgrade
+    CHANGED = "changed"
 
 
 class Severity(str, enum.Enum):

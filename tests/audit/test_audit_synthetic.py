@@ -221,11 +221,9 @@ def _dist(name: str, version: str, *requires: str, fp: str = "x") -> Distributio
         ("0.6.18.dev20261120", "0.6.18", ChangeKind.UPGRADED),
         ("0.6.18rc1", "0.6.18.dev2", ChangeKind.DOWNGRADED),
         ("1.0", "1.0.0", ChangeKind.REINSTALLED),  # equal versions, different strings
-        (
-            "weird-version",
-            "other-weird",
-            ChangeKind.UPGRADED,
-        ),  # not PEP 440: reported, order unknown
+        ("weird-version", "other-weird", ChangeKind.CHANGED),  # not PEP 440: order unknown
+        ("6.7.8.9-10.el7", "6.7.8.9-9.el7", ChangeKind.CHANGED),  # an RPM-style legacy version
+        ("1.0", "1.0-legacy", ChangeKind.CHANGED),  # one side PEP 440 is not enough
     ],
 )
 def test_change_kinds_follow_pep440(before: str, after: str, kind: ChangeKind) -> None:

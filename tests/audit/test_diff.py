@@ -345,14 +345,14 @@ def test_a_marker_that_cannot_be_evaluated_does_not_apply() -> None:
 
 
 def test_non_pep440_versions_change_kinds_and_admit_nothing() -> None:
-    """1.0 -> a non-PEP 440 version is a change of unknown order (upgraded); same text and
+    """1.0 -> a non-PEP 440 version is a change of unknown order (changed); same text and
     files is no change, other files a reinstall; a range never admits such a version."""
 
     def kinds(b: Distribution, a: Distribution) -> list[ChangeKind]:
         return [c.kind for c in diff_environments(env(b), env(a), platform=None)[0]]
 
-    assert kinds(dist("p", "1.0"), dist("p", "2024-custom")) == [ChangeKind.UPGRADED]
-    assert kinds(dist("p", "2024-custom"), dist("p", "1.0")) == [ChangeKind.UPGRADED]
+    assert kinds(dist("p", "1.0"), dist("p", "2024-custom")) == [ChangeKind.CHANGED]
+    assert kinds(dist("p", "2024-custom"), dist("p", "1.0")) == [ChangeKind.CHANGED]
     same = dist("p", "2024-custom", fingerprint="f")
     assert kinds(same, same) == []
     assert kinds(same, dist("p", "2024-custom", fingerprint="g")) == [ChangeKind.REINSTALLED]

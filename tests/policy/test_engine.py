@@ -140,7 +140,13 @@ CASES = [
         "pin fires", PIN, one("nvidia-nccl-cu13", "2.29.7"), [("pin-violation", "nvidia-nccl-cu13")]
     ),
     Case("pin holds", PIN, one("nvidia-nccl-cu13", "2.30.1"), []),
-    Case("pin on absent package", PIN, one("torch", "2.9.1"), []),
+    # issue 9: a pin that matches nothing is a warning, never silence
+    Case(
+        "pin on absent package",
+        PIN,
+        one("torch", "2.9.1"),
+        [("pin-violation", "nvidia-nccl-cu13")],
+    ),
     Case(
         "pin vs non-PEP 440",
         PIN,
@@ -523,3 +529,13 @@ def test_glm_policy_on_the_silent_downgrade_story() -> None:
     } <= rules
     without_target = {(f.rule, f.package) for f in evaluate(audit, policy, today=TODAY)}
     assert ("forbidden-version", "flashinfer-python") not in without_target
+
+
+def test_a_pin_that_matches_nothing_is_a_warning() -> None:
+    policy = parse_policy(PIN, file="policy.toml")
+    (finding,) = evaluate(one("torch", "2.9.1")(), policy, today=TODAY)
+    assert finding.severity is Severity.WARNING
+    assert finding.message.startswith(
+        "pin matches nothing: no distribution named nvidia-nccl-cu13 is installed"
+    )
+    assert (finding.policy_file, finding.policy_line) == ("policy.toml", 1)

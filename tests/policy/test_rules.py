@@ -430,6 +430,18 @@ def test_pin_violation_whole_hit_and_every_pin_is_checked() -> None:
         )
     )
     assert list(pin_violation(facts, torch_pins)) == [
+        Hit(  # issue 9: numpy is not installed, so its pin matches nothing (a warning)
+            "pin-violation",
+            "pin matches nothing: no distribution named numpy is installed in any "
+            "environment the pin numpy<2 covers",
+            "numpy",
+            None,
+            None,
+            (),
+            frozenset({"numpy"}),
+            WARN,
+            Origin(),
+        ),
         Hit(
             "pin-violation",
             "torch 2.0 does not satisfy the pin torch>=2.1 (ABI)",
@@ -440,7 +452,7 @@ def test_pin_violation_whole_hit_and_every_pin_is_checked() -> None:
             frozenset({"torch"}),
             WARN,
             ORIGIN,
-        )
+        ),
     ]
     no_reason = [Pin(canonicalize_name("torch"), SpecifierSet(">=2.1"))]
     (hit,) = pin_violation(facts, no_reason)

@@ -1,7 +1,8 @@
 """Changes between two states of an environment, with the requirements that caused them.
 
 Owns three judgements that need no policy: the kind of each change (PEP 440 order, so
-local labels such as ``+cu130`` and dev/pre releases sort as pip sorts them), the chain of
+local labels such as ``+cu130`` and dev/pre releases sort as pip sorts them; a change with
+a legacy, non-PEP 440 version on either side is ``changed``, order unknown), the chain of
 installed requirements that admit a new version and exclude the old one (markers evaluated
 for that environment's Python and the image platform), and the requirements left unmet
 after a step (what ``pip check`` would say, computed offline).
@@ -19,6 +20,9 @@ from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment
 from pinguard.target import marker_environment, parse_requirement
 
 MAX_CHAIN = 8
+_MOVES = frozenset(
+    {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED, ChangeKind.CHANGED}
+)
 
 
 def _applies(req: Requirement, env: Mapping[str, str]) -> bool:
@@ -57,7 +61,7 @@ def _kind(before: Distribution, after: Distribution) -> ChangeKind | None:
             return ChangeKind.REINSTALLED
         return None
     if before.raw_version != after.raw_version:
-        return ChangeKind.UPGRADED  # not PEP 440: order unknown, report as a change
+        return ChangeKind.CHANGED  # not PEP 440: order unknown
     if before.fingerprint != after.fingerprint:
         return ChangeKind.REINSTALLED
     return None
@@ -90,7 +94,7 @@ def diff_environments(
     changes = []
     for name, (kind, b, a) in raw.items():
         causes: tuple[Cause, ...] = ()
-        if kind in {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED} and a is not None:
+        if kind in _MOVES and a is not None:
             causes = _cause_chain(name, b, a, new, raw, menv)
         changes.append(
             Change(

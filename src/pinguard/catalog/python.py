@@ -4,7 +4,12 @@ Owns the dist-info and egg-info formats (METADATA / PKG-INFO through
 ``packaging.metadata``, RECORD, INSTALLER, REQUESTED, direct_url.json, requires.txt) and
 the rules that say where a Python environment is (a ``site-packages`` or
 ``dist-packages`` directory) and which Python it belongs to (its path or ``pyvenv.cfg``).
-Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop.
+Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop: metadata
+that is not UTF-8 (decoded with replacement), a kept header above its cap, a dist-info whose
+directory name and ``Name`` disagree, an egg-info without a ``Version`` (listed with an
+unknown version), and pip's ``~``-prefixed leftovers of an interrupted install (never counted
+as installed). Suffixes match in any case; the interpreter's own ``Python-X.Y.egg-info``
+(``Name: Python``, as Debian ships it) is not a distribution.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ VERSION = "1"  # bump when parsing changes (the layer cache key also covers this
 ENV_DIRS = ("site-packages", "dist-packages")
 DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 EGG_INFO_FILES = frozenset({"PKG-INFO", "requires.txt", "installed-files.txt"})
+# Caps on the header values the catalog keeps (characters); a longer value is incomplete.
+MAX_NAME = 256
+MAX_VERSION = 256
+MAX_REQUIREMENT = 4096
+_INTERPRETER_EGG = re.compile(r"^python-\d+(\.\d+)*(-py\d+(\.\d+)*)?\.egg-info$", re.IGNORECASE)
 _PY_LIB = re.compile(r"/lib/python(3\.\d+)/")
 _PY_MARKER = re.compile(r"^(.*)/lib/python(3\.\d+)/os\.py$")
 # Files left out of the reinstall fingerprint: those a reinstall of identical bytes
@@ -86,14 +96,49 @@ def _parse_record(env: str, data: bytes) -> list[tuple[str, str]]:
 def metadata_dir(path: str) -> str | None:
     """'/…/site-packages/x-1.dist-info/METADATA' -> '/…/site-packages/x-1.dist-info'."""
     parent, base = posixpath.split(path)
-    pdir = posixpath.basename(parent)
+    pdir = posixpath.basename(parent).lower()
     if pdir.endswith(".dist-info") and base in DIST_INFO_FILES:
         return parent if posixpath.basename(posixpath.dirname(parent)) in ENV_DIRS else None
     if pdir.endswith(".egg-info") and base in EGG_INFO_FILES:
         return parent if posixpath.basename(posixpath.dirname(parent)) in ENV_DIRS else None
-    if base.endswith(".egg-info") and pdir in ENV_DIRS:
+    if base.lower().endswith(".egg-info") and pdir in ENV_DIRS:
         return path  # a single-file egg-info (PKG-INFO format)
     return None
+
+
+def _is_egg(meta_dir: str) -> bool:
+    return meta_dir.lower().endswith(".egg-info")
+
+
+def _dir_name(meta_dir: str) -> str:
+    """The project name in a dist-info directory's name ('foo_bar-1.0.dist-info': 'foo_bar')."""
+    base = posixpath.basename(meta_dir)
+    return base[: -len(".dist-info")].partition("-")[0]
+
+
+def _decode(meta_dir: str, metadata: bytes, problems: list[Incomplete]) -> str:
+    """METADATA as text: UTF-8, else decoded with replacement characters and flagged."""
+    try:
+        return metadata.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problems.append(
+            Incomplete(
+                meta_dir,
+                f"metadata is not UTF-8 (byte {metadata[exc.start : exc.start + 1]!r} at "
+                f"offset {exc.start}); decoded with replacement characters",
+            )
+        )
+        return metadata.decode("utf-8", "replace")
+
+
+def _capped(meta_dir: str, field: str, value: str, cap: int, problems: list[Incomplete]) -> bool:
+    """False (and flagged) when ``value`` is longer than ``cap`` characters."""
+    if len(value) <= cap:
+        return True
+    problems.append(
+        Incomplete(meta_dir, f"{field} header is {len(value)} characters, above the cap of {cap}")
+    )
+    return False
 
 
 def is_python_marker(path: str) -> bool:
@@ -180,21 +225,56 @@ def parse_distribution(
 ) -> tuple[Distribution | None, list[Incomplete]]:
     """Build one Distribution from the metadata files of ``meta_dir``."""
     problems: list[Incomplete] = []
-    egg = meta_dir.endswith(".egg-info")
+    egg = _is_egg(meta_dir)
+    if posixpath.basename(meta_dir).startswith("~"):
+        return None, [
+            Incomplete(
+                meta_dir,
+                "leftover of an interrupted pip install (a '~'-prefixed directory pip "
+                "ignores); not counted as installed",
+            )
+        ]
     if egg and meta_dir in files:  # single-file egg-info
         metadata = files[meta_dir]
     else:
         metadata = files.get(f"{meta_dir}/{'PKG-INFO' if egg else 'METADATA'}")  # type: ignore[assignment]
     if metadata is None:
         return None, [Incomplete(meta_dir, "no METADATA/PKG-INFO file")]
+    text = _decode(meta_dir, metadata, problems)
     try:
-        raw, unparsed = parse_email(metadata)
+        raw, unparsed = parse_email(text)
     except Exception as exc:
-        return None, [Incomplete(meta_dir, f"unreadable metadata: {exc}")]
+        return None, [*problems, Incomplete(meta_dir, f"unreadable metadata: {exc}")]
     name, version = raw.get("name"), raw.get("version")
-    if not name or not version:
-        return None, [Incomplete(meta_dir, "metadata has no Name or Version")]
-    requires = list(raw.get("requires_dist", []))
+    if name and not _capped(meta_dir, "Name", name, MAX_NAME, problems):
+        return None, problems
+    if version and not _capped(meta_dir, "Version", version, MAX_VERSION, problems):
+        version = None
+    if (
+        egg
+        and name
+        and canonicalize_name(name) == "python"
+        and _INTERPRETER_EGG.match(posixpath.basename(meta_dir))
+    ):
+        return None, []  # the interpreter's own egg-info (Debian's Python-3.11.egg-info)
+    if not name:
+        return None, [*problems, Incomplete(meta_dir, "metadata has no Name")]
+    if not version:
+        if not egg:
+            return None, [*problems, Incomplete(meta_dir, "metadata has no Version")]
+        problems.append(Incomplete(meta_dir, "egg-info has no Version; listed as unknown"))
+        version = ""
+    if not egg and canonicalize_name(_dir_name(meta_dir)) != canonicalize_name(name):
+        problems.append(
+            Incomplete(
+                meta_dir,
+                f"directory name says {_dir_name(meta_dir)!r} but METADATA Name is {name!r}",
+            )
+        )
+    requires = []
+    for req in raw.get("requires_dist", []):
+        if _capped(meta_dir, "Requires-Dist", req, MAX_REQUIREMENT, problems):
+            requires.append(req)
     if egg and f"{meta_dir}/requires.txt" in files:
         requires += _requires_txt(files[f"{meta_dir}/requires.txt"].decode("utf-8", "replace"))
     for req in requires:
@@ -260,7 +340,7 @@ class PythonAnalyzer(Analyzer):
 
     def wants(self, path: str) -> int:
         base = path[path.rfind("/") + 1 :]
-        if (base in _BASENAMES or base.endswith(".egg-info")) and wants(path):
+        if (base in _BASENAMES or base[-9:].lower() == ".egg-info") and wants(path):
             return CAPTURE
         if self.verify_records and in_environment(path):
             return HASH

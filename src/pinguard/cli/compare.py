@@ -42,8 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "compare",
         help="compare two images (A -> B), or the platforms of one image",
         description="Compare the Python distributions of image A and image B per environment "
-        "(added, removed, upgraded, downgraded, reinstalled, with the step of B that made each "
-        "difference and its cause), judging the A -> B direction with the policy; or, with "
+        "(added, removed, upgraded, downgraded, reinstalled, changed: a version that is not "
+        "PEP 440, with the step of B that made each difference and its cause), judging the "
+        "A -> B direction with the policy; or, with "
         "--platforms, the platforms of one multi-platform image side by side.",
     )
     p.add_argument("references", metavar="REF", nargs="+", help="REF_A REF_B, or one REF")

@@ -350,6 +350,8 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
         doc = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as exc:
         return _Layer(file), [PolicyProblem(file, exc.line, f"invalid TOML: {exc}")]
+    except tomlkit.exceptions.TOMLKitError as exc:  # KeyAlreadyPresent etc. carry no line
+        return _Layer(file), [PolicyProblem(file, 1, f"invalid TOML: {exc}")]
     lines = locate_lines(text)
     reader = _Reader(file, lines, prefix or ())
     data: object = doc
@@ -616,7 +618,7 @@ def parse_policy(text: str, file: str = "<string>") -> Policy:
 def _has_tool_table(path: Path) -> bool:
     try:
         doc = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
-    except (OSError, UnicodeDecodeError, tomlkit.exceptions.ParseError):
+    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError):
         return False
     tool = doc.get("tool")
     return isinstance(tool, dict) and "pinguard" in tool

@@ -115,8 +115,34 @@ def _why(reason: str, link: str) -> str:
 
 
 def pin_violation(facts: Facts, pins: Iterable[Pin]) -> Iterator[Hit]:
-    """Installed versions outside a pin; a version that is not PEP 440 cannot satisfy one."""
+    """Installed versions outside a pin; a version that is not PEP 440 cannot satisfy one.
+
+    A pin (for this run's platform and targets) that covers at least one environment, or an
+    image without environments, but names no distribution installed in those is a warning,
+    "pin matches nothing": a misspelt or stale pin guards nothing, and silence would read
+    as "within the pin"."""
     pins = tuple(pins)
+    for pin in pins:
+        if not pin.scope.matches_run(facts.platform, facts.targets):
+            continue
+        covered = [env for env in facts.environments if facts.in_scope(pin.scope, env)]
+        if facts.environments and not covered:
+            continue  # scoped to environments (or Pythons) this image does not have
+        if any(d.name == pin.package for env in covered for d in env.distributions):
+            continue
+        where = "any environment" if facts.environments else "the image (no environments found)"
+        yield Hit(
+            "pin-violation",
+            f"pin matches nothing: no distribution named {pin.package} is installed in "
+            f"{where} the pin {pin.package}{pin.specifier} covers",
+            pin.package,
+            None,
+            None,
+            (),
+            frozenset({pin.package}),
+            Severity.WARNING,
+            pin.origin,
+        )
     for env in facts.environments:
         for dist in env.distributions:
             for pin in pins:
@@ -167,11 +193,25 @@ def downgrade(facts: Facts, config: RuleConfig) -> Iterator[Hit]:
     """Every change a step made that moved a distribution to an older version."""
     for step in facts.result.steps:
         for change in step.changes:
-            if change.kind is not ChangeKind.DOWNGRADED:
+            if change.kind not in {ChangeKind.DOWNGRADED, ChangeKind.CHANGED}:
                 continue
             if change.name in config.allow:
                 continue
             if config.packages and change.name not in config.packages:
+                continue
+            if change.kind is ChangeKind.CHANGED:
+                # fail closed: a legacy version's order is unknown, so this may be a downgrade
+                yield Hit(
+                    "downgrade",
+                    f"step {step.index} changed {change.name} from {change.before} to "
+                    f"{change.after}; one of them is not a PEP 440 version, so whether this "
+                    "is a downgrade is unknown",
+                    change.name,
+                    change.environment,
+                    step.index,
+                    tuple(v for v in (change.before, change.after) if v is not None),
+                    frozenset({change.name}),
+                )
                 continue
             causes = " / ".join(
                 f"{c.package} {c.version} requires {c.requirement}" for c in change.causes

@@ -194,6 +194,8 @@ def merge_pins(
     for dist in env.distributions:
         if dist.name in UNSAFE and not allow_unsafe:
             continue
+        if not dist.raw_version:  # an egg-info without Version (incomplete): nothing to pin
+            continue
         out[dist.name] = Constraint(dist.name, _exact(dist.raw_version), "image")
     for raw_name, spec in pins.items():
         name = canonicalize_name(raw_name)

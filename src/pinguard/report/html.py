@@ -35,6 +35,7 @@ _MARK = {
     ChangeKind.UPGRADED: "\u25b2",
     ChangeKind.DOWNGRADED: "\u25bc",
     ChangeKind.REINSTALLED: "\u21bb",
+    ChangeKind.CHANGED: "?",
 }
 
 

@@ -25,6 +25,7 @@ _KIND_STYLE = {
     ChangeKind.UPGRADED: "cyan",
     ChangeKind.DOWNGRADED: "bold red",
     ChangeKind.REINSTALLED: "magenta",
+    ChangeKind.CHANGED: "bold yellow",
 }
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 
