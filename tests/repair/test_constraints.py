@@ -189,3 +189,24 @@ def test_installer_packages_left_out_unless_allow_unsafe() -> None:
     )
     assert "pip==23.0.1" in asked.lines()
     assert asked.left_out == ("setuptools==66.1.1",)
+
+
+def test_breaking_step_without_findings_takes_a_change_that_cannot_be_ordered() -> None:
+    """With no findings, a step that changed a non-PEP 440 version (maybe a downgrade) is
+    the breaking step, not a later one; a plain upgrade is never picked."""
+    from pinguard.models import ChangeKind
+    from tests.factories import change, result, step
+
+    audited = result(
+        steps=[
+            step(1, "", change("tool", ChangeKind.UPGRADED, "1.0", "1.1")),
+            step(2, "", change("legacy", ChangeKind.CHANGED, "6.7.8.9-10.el7", "6.7.8.9-9.el7")),
+            step(3, "", change("nccl", ChangeKind.DOWNGRADED, "2.30.3", "2.29.7")),
+        ]
+    )
+    chosen, why = emit.breaking_step(audited)
+    assert chosen is not None
+    assert chosen.index == 2
+    assert "downgraded, removed" in why
+    only_upgrade = result(steps=[step(1, "", change("tool", ChangeKind.UPGRADED, "1.0", "1.1"))])
+    assert emit.breaking_step(only_upgrade)[0] is None

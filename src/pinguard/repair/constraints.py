@@ -104,7 +104,8 @@ def breaking_step(
     """The first step that broke the policy, and why it was chosen.
 
     Unwaived findings at or above ``fail_on`` decide; without any, the first step that
-    downgraded or removed a distribution, or left a requirement unmet, is taken instead.
+    downgraded or removed a distribution, changed one whose versions cannot be ordered (not
+    PEP 440: it may be a downgrade), or left a requirement unmet, is taken instead.
     """
     by_index = {s.index: s for s in result.steps}
     bad = sorted(
@@ -117,7 +118,8 @@ def breaking_step(
             return by_index[index], f"the first step with {fail_on.value} findings"
     for step in result.steps:
         if step.unmet or any(
-            c.kind in {ChangeKind.DOWNGRADED, ChangeKind.REMOVED} for c in step.changes
+            c.kind in {ChangeKind.DOWNGRADED, ChangeKind.REMOVED, ChangeKind.CHANGED}
+            for c in step.changes
         ):
             return step, "the first step that downgraded, removed or left a requirement unmet"
     return None, "no step broke the policy: the final state is pinned"
