@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import time
 import zlib
 
 import pytest
@@ -146,11 +147,16 @@ def test_close_stops_prefetch_without_reading_the_whole_blob(
     monkeypatch.setattr(blob, "CHUNK", 1000)
     reader = VerifyingReader(io.BytesIO(b"z" * 1_000_000), None, None, prefetch=True)
     assert reader.read(1000) == b"z" * 1000
-    reader.close()
-    # one chunk taken, PREFETCH_CHUNKS queued, at most one more held by the blocked pump
-    assert reader.count <= (blob.PREFETCH_CHUNKS + 2) * 1000
+    # wait until the pump is blocked: one chunk handed out, PREFETCH_CHUNKS queued, one more
+    # taken and waiting for room in the queue
+    deadline = time.monotonic() + 10
+    while reader.count < 10_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reader.count == (1 + blob.PREFETCH_CHUNKS + 1) * 1000
+    reader.close()  # must not wait for room that never comes
     assert reader._thread is not None
     assert not reader._thread.is_alive()
+    assert reader.count == 10_000
 
 
 # --- read_chunks ------------------------------------------------------------------------
@@ -234,14 +240,30 @@ def test_gzip_output_comes_in_chunks_of_at_most_out_chunk(
 
 def test_truncated_gzip_is_an_eof_error() -> None:
     stream = gzip.compress(PAYLOAD)[:-12]
-    with pytest.raises(EOFError, match="compressed stream ended before the end-of-stream marker"):
+    with pytest.raises(EOFError) as err:
         _inflate(io.BytesIO(stream))
+    assert str(err.value) == "compressed stream ended before the end-of-stream marker"
 
 
 def test_truncated_second_gzip_member_is_an_eof_error() -> None:
     stream = gzip.compress(b"one") + gzip.compress(PAYLOAD)[:30]
     with pytest.raises(EOFError):
         _inflate(io.BytesIO(stream))
+
+
+@pytest.mark.parametrize("in_chunk", [4, 1 << 20])
+def test_garbage_after_a_gzip_member_is_not_padding(
+    in_chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only NUL bytes may pad between members; anything else must start a valid member."""
+    monkeypatch.setattr(blob, "IN_CHUNK", in_chunk)
+    member = gzip.compress(b"first")
+    with pytest.raises(DECOMPRESS_ERRORS):
+        _inflate(io.BytesIO(member + b"\0\0XXXX"))
+    with pytest.raises(DECOMPRESS_ERRORS):
+        _inflate(io.BytesIO(member + b"X"))
+    with pytest.raises(gzip.BadGzipFile):  # gzip agrees
+        gzip.decompress(member + b"\0\0XXXX")
 
 
 def test_corrupt_gzip_raises_a_listed_decompress_error() -> None:
@@ -260,7 +282,16 @@ def test_zstd_frames_inflate_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     c = zstandard.ZstdCompressor()
     chunks = list(inflated_chunks(io.BytesIO(c.compress(PAYLOAD) + c.compress(b"second"))))
     assert b"".join(chunks) == PAYLOAD + b"second"
-    assert max(len(c) for c in chunks) <= 1000
+    # full chunks across the frame boundary: 16410 bytes in 17 reads
+    assert [len(c) for c in chunks] == [1000] * 16 + [410]
+
+
+def test_zstd_reads_the_blob_in_in_chunk_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blob, "IN_CHUNK", 1000)
+    data = hashlib.sha512(b"seed").digest() * 2000  # 128000 bytes, barely compressible
+    raw = Trickle(zstandard.ZstdCompressor(level=1).compress(data), step=1 << 20)
+    assert _inflate(raw) == data
+    assert set(raw.asked) == {1000}
 
 
 def test_peek_reader_returns_the_head_first_then_the_stream() -> None:
