@@ -159,6 +159,38 @@ def test_close_stops_prefetch_without_reading_the_whole_blob(
     assert reader.count == 10_000
 
 
+def test_a_consumer_slower_than_the_pump_still_gets_the_whole_blob(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(blob, "CHUNK", 1000)
+    data = bytes(range(250)) * 100  # 25 chunks
+    reader = VerifyingReader(io.BytesIO(data), _sha256(data), len(data), prefetch=True)
+    deadline = time.monotonic() + 10
+    while reader.count < 9_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reader.count == (blob.PREFETCH_CHUNKS + 1) * 1000  # 8 queued, 1 waiting
+    time.sleep(0.3)  # the pump has found the queue full for a while
+    got = b"".join(read_chunks(reader, 1000))
+    assert got == data
+    assert reader.finish() == _sha256(data)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_read_of_zero_bytes_returns_nothing_and_loses_nothing(prefetch: bool) -> None:
+    reader = VerifyingReader(io.BytesIO(b"abcdef"), None, 6, prefetch=prefetch)
+    assert reader.read(2) == b"ab"
+    assert reader.read(0) == b""
+    assert reader.read(10) == b"cdef"
+    assert reader.finish() == _sha256(b"abcdef")
+
+
+def test_only_the_part_before_the_first_colon_names_the_algorithm() -> None:
+    odd = "sha256:ab:cd"
+    reader = VerifyingReader(io.BytesIO(b"x"), odd, None)  # sha256, and a digest that fails
+    with pytest.raises(BlobVerificationError, match="blob digest mismatch: expected sha256:ab:cd"):
+        reader.finish()
+
+
 # --- read_chunks ------------------------------------------------------------------------
 
 
@@ -300,6 +332,9 @@ def test_peek_reader_returns_the_head_first_then_the_stream() -> None:
     assert peek.read(3) == b"d"
     assert peek.read(3) == b"res"
     assert peek.read(-1) == b"t"
+    zero = blob._PeekReader(io.BytesIO(b"rest"), b"head")
+    assert zero.read(0) == b""
+    assert zero.read(5) == b"head"
     whole = blob._PeekReader(io.BytesIO(b"rest"), b"head")
     assert whole.read() == b"headrest"
     assert whole.read() == b""
