@@ -153,6 +153,11 @@ def test_close_stops_prefetch_without_reading_the_whole_blob(
     while reader.count < 10_000 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert reader.count == (1 + blob.PREFETCH_CHUNKS + 1) * 1000
+    thread = reader._thread
+    assert thread is not None
+    # named for thread dumps; a daemon, so a reader dropped without close never holds the
+    # interpreter open at exit
+    assert (thread.name, thread.daemon) == ("blob-prefetch", True)
     reader.close()  # must not wait for room that never comes
     assert reader._thread is not None
     assert not reader._thread.is_alive()
