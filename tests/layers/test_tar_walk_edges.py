@@ -28,6 +28,7 @@ from pinguard.layers.tar import (
     Member,
     _path,
     _pax,
+    normalize,
     walk_members,
     walk_tar,
 )
@@ -172,6 +173,14 @@ def test_pax_records_by_hand() -> None:
     assert _pax(b"11 path=xy\nno-space-here") == {"path": "xy"}
 
 
+def test_pax_bytes_that_are_not_utf8_survive_as_surrogates() -> None:
+    # a key and a value with a stray 0xff byte, as a non-UTF-8 tar writer may leave them
+    assert _pax(b"16 path=a\xffb.txt\n10 k\xfey=v\xfd\n") == {
+        "path": "a\udcffb.txt",
+        "k\udcfey": "v\udcfd",
+    }
+
+
 @pytest.mark.parametrize("data", [b"0 path=a\n", b"-5 path=a\n"])
 def test_pax_record_length_must_be_positive(data: bytes) -> None:
     with pytest.raises(LayerError, match=r"^bad PAX record length$"):
@@ -193,10 +202,13 @@ def test_pax_record_length_must_be_positive(data: bytes) -> None:
         ("usr/lib/", "/usr/lib"),
         (".hidden/x", "/.hidden/x"),
         ("", "/"),
+        ("./Xray/y", "/Xray/y"),
+        ("//XX/y/", "/XX/y"),
     ],
 )
 def test_path_is_normalised_and_absolute(name: str, path: str) -> None:
     assert _path(name) == path
+    assert normalize(name) == path
 
 
 # --- the selective walk -------------------------------------------------------------------
