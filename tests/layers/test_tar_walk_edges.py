@@ -546,3 +546,97 @@ def test_global_pax_header_is_passed_over() -> None:
     members, counted = _walk(data, {"/usr/g.txt": CAPTURE})
     assert _seen(members) == [("/usr/g.txt", b"0", 2, "", b"gg", None)]
     assert counted == 1
+
+
+# --- size fields and names as other tar writers leave them -----------------------------------
+
+
+def _reference_size(tar: bytes, name: str) -> int:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as reference:
+        return reference.getmember(name).size
+
+
+def test_base256_size_whose_last_byte_is_zero() -> None:
+    data = bytes(range(256)) * 4  # 1024 bytes: base-256 ends in a NUL byte
+    tar = _tar([("usr/b.bin", data, tarfile.REGTYPE, ""), ("usr/n", b"n", tarfile.REGTYPE, "")])
+    bad = _with_header(tar, slice(124, 136), b"\x80" + (1024).to_bytes(11, "big"))
+    assert bad[135] == 0
+    assert _reference_size(bad, "usr/b.bin") == 1024
+    members, _ = _walk(bad, {"/usr/b.bin": CAPTURE, "/usr/n": CAPTURE})
+    assert _seen(members) == [
+        ("/usr/b.bin", b"0", 1024, "", data, None),
+        ("/usr/n", b"0", 1, "", b"n", None),
+    ]
+
+
+def test_size_field_of_nul_bytes_is_zero() -> None:
+    tar = _tar([("usr/e", b"", tarfile.REGTYPE, ""), ("usr/n", b"n", tarfile.REGTYPE, "")])
+    bad = _with_header(tar, slice(124, 136), b"\0" * 12)
+    assert _reference_size(bad, "usr/e") == 0
+    members, _ = _walk(bad, {"/usr/e": CAPTURE, "/usr/n": CAPTURE})
+    assert _seen(members) == [
+        ("/usr/e", b"0", 0, "", b"", None),
+        ("/usr/n", b"0", 1, "", b"n", None),
+    ]
+
+
+def test_twelve_digit_size_beside_a_space_led_mtime() -> None:
+    tar = _tar([("usr/x.txt", b"abc", tarfile.REGTYPE, ""), ("usr/y", b"y", tarfile.REGTYPE, "")])
+    odd = _with_header(tar, slice(124, 148), b"000000000003" + b" 1234567012\0")
+    assert _reference_size(odd, "usr/x.txt") == 3
+    members, _ = _walk(odd, {"/usr/x.txt": CAPTURE, "/usr/y": CAPTURE})
+    assert _seen(members) == [
+        ("/usr/x.txt", b"0", 3, "", b"abc", None),
+        ("/usr/y", b"0", 1, "", b"y", None),
+    ]
+
+
+def test_a_gigabyte_octal_size_is_read_whole() -> None:
+    tar = _tar([("usr/big", b"", tarfile.REGTYPE, "")])
+    big = _with_header(tar, slice(124, 136), b"10000000000\0")  # 8**10 bytes
+    assert tarfile.TarInfo.frombuf(big[:512], "utf-8", "surrogateescape").size == 1 << 30
+    # the stream holds none of it: the walk must try to pass over a whole GiB
+    with pytest.raises(LayerError, match=r"^layer tar ends inside a member \(truncated\)$"):
+        _walk(big, {"/usr/big": SKIP}, everything=True)
+
+
+def test_first_member_symlink_keeps_its_target() -> None:
+    tar = _tar([("usr/first", None, tarfile.SYMTYPE, "target/x")])
+    members, _ = _walk(tar, {"/usr/first": LINK})
+    assert _seen(members) == [("/usr/first", b"2", 0, "target/x", None, None)]
+
+
+def test_bad_checksum_of_a_100_byte_name_quotes_only_the_name() -> None:
+    name = "d/" + "f" * 98
+    tar = bytearray(_tar([(name, b"abc", tarfile.REGTYPE, "")]))
+    tar[0:1] = b"e"
+    with pytest.raises(LayerError) as err:
+        _walk(bytes(tar), {})
+    assert (
+        str(err.value) == f"bad tar header checksum (header names {('e/' + 'f' * 98).encode()!r})"
+    )
+
+
+def test_negative_size_of_a_100_byte_name_quotes_only_the_name() -> None:
+    name = "d/" + "f" * 98
+    tar = _tar([(name, b"abc", tarfile.REGTYPE, "")])
+    bad = _with_header(tar, slice(124, 136), b"\xff" * 12)
+    with pytest.raises(LayerError) as err:
+        _walk(bad, {})
+    assert str(err.value) == f"tar header for {name.encode()!r} has a negative size -1"
+
+
+def test_gnu_long_name_that_is_not_utf8_survives_as_surrogates() -> None:
+    long_name = "usr/" + "n" * 120 + "\udcff.txt"
+    buf = io.BytesIO()
+    with tarfile.open(
+        fileobj=buf, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape"
+    ) as tar:
+        info = tarfile.TarInfo(long_name)
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"ok"))
+    data = buf.getvalue()
+    assert data[156:157] == b"L"
+    assert b"n\xff.txt" in data
+    members, _ = _walk(data, {"/" + long_name: CAPTURE})
+    assert _seen(members) == [("/" + long_name, b"0", 2, "", b"ok", None)]
