@@ -640,3 +640,78 @@ def test_gnu_long_name_that_is_not_utf8_survives_as_surrogates() -> None:
     assert b"n\xff.txt" in data
     members, _ = _walk(data, {"/" + long_name: CAPTURE})
     assert _seen(members) == [("/" + long_name, b"0", 2, "", b"ok", None)]
+
+
+def _gnu_long(kind: bytes, payload: bytes) -> bytes:
+    """A GNU long name (L) or long link (K) member carrying ``payload`` as its data."""
+    info = tarfile.TarInfo("././@LongLink")
+    info.type = kind
+    info.size = len(payload)
+    pad = -len(payload) % 512
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape") + payload + bytes(pad)
+
+
+def _member(name: str, type_: bytes = tarfile.REGTYPE, data: bytes = b"", link: str = "") -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type = type_
+    info.size = len(data)
+    info.linkname = link
+    pad = -len(data) % 512
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape") + data + bytes(pad)
+
+
+def test_gnu_long_name_and_link_end_at_their_first_nul() -> None:
+    tar = (
+        _gnu_long(tarfile.GNUTYPE_LONGNAME, b"usr/real-name.txt\0junk\0")
+        + _gnu_long(tarfile.GNUTYPE_LONGLINK, b"real-target\0more junk\0")
+        + _member("usr/short", tarfile.SYMTYPE, link="short-target")
+        + bytes(1024)
+    )
+    with tarfile.open(fileobj=io.BytesIO(tar)) as reference:
+        assert [(m.name, m.linkname) for m in reference] == [("usr/real-name.txt", "real-target")]
+    members, _ = _walk(tar, {"/usr/real-name.txt": LINK})
+    assert _seen(members) == [("/usr/real-name.txt", b"2", 0, "real-target", None, None)]
+
+
+def test_gnu_long_link_that_is_not_utf8_survives_as_surrogates() -> None:
+    tar = (
+        _gnu_long(tarfile.GNUTYPE_LONGLINK, b"t\xffrget\0")
+        + _member("usr/l", tarfile.SYMTYPE, link="x")
+        + bytes(1024)
+    )
+    members, _ = _walk(tar, {"/usr/l": LINK})
+    assert _seen(members) == [("/usr/l", b"2", 0, "t\udcffrget", None, None)]
+
+
+def test_one_character_ustar_prefix() -> None:
+    name = "p/" + "n" * 100
+    tar = _tar([(name, b"one", tarfile.REGTYPE, "")], tarfile.USTAR_FORMAT)
+    assert tar[345:347] == b"p\0"  # tarfile put "p" in the prefix field
+    members, _ = _walk(tar, {"/" + name: CAPTURE})
+    assert _seen(members) == [("/" + name, b"0", 3, "", b"one", None)]
+
+
+def test_pax_records_of_a_directory_do_not_leak_into_the_next_member() -> None:
+    long_dir = "usr/" + "d" * 120 + "/"
+    tar = _tar(
+        [(long_dir, None, tarfile.DIRTYPE, ""), ("usr/a.txt", b"a", tarfile.REGTYPE, "")],
+        tarfile.PAX_FORMAT,
+    )
+    assert tar[156:157] == b"x"  # the directory's name went into a PAX record
+    members, _ = _walk(tar, {"/usr/a.txt": CAPTURE})
+    assert _seen(members) == [("/usr/a.txt", b"0", 1, "", b"a", None)]
+
+
+@pytest.mark.parametrize("chunk", [100, 1 << 20])
+def test_member_of_an_unknown_type_has_its_data_passed_over(chunk: int) -> None:
+    tar = _member("usr/odd", b"Z", b"z" * 700) + _member("usr/a.txt", data=b"a") + bytes(1024)
+    with tarfile.open(fileobj=io.BytesIO(tar)) as reference:
+        assert [(m.name, m.size) for m in reference] == [("usr/odd", 700), ("usr/a.txt", 1)]
+    members, counted = _walk(tar, {"/usr/a.txt": CAPTURE}, chunk=chunk)
+    assert _seen(members) == [("/usr/a.txt", b"0", 1, "", b"a", None)]
+    assert counted == 2
+    everything, _ = _walk(tar, {"/usr/a.txt": CAPTURE}, everything=True, chunk=chunk)
+    assert _seen(everything) == [
+        ("/usr/odd", b"Z", 700, "", None, None),
+        ("/usr/a.txt", b"0", 1, "", b"a", None),
+    ]
