@@ -715,3 +715,52 @@ def test_member_of_an_unknown_type_has_its_data_passed_over(chunk: int) -> None:
         ("/usr/odd", b"Z", 700, "", None, None),
         ("/usr/a.txt", b"0", 1, "", b"a", None),
     ]
+
+
+def test_member_of_an_unknown_type_cut_short_is_truncation() -> None:
+    tar = _member("usr/odd", b"Z", b"z" * 3000)[:1500]
+    with pytest.raises(LayerError) as err:
+        _walk(tar, {}, chunk=600)
+    assert str(err.value) == "layer tar ends inside a member (truncated)"
+
+
+def test_header_name_that_is_not_utf8_survives_as_surrogates() -> None:
+    tar = _member("usr/caf\udce9.txt", data=b"latin-1 name") + bytes(1024)
+    assert tar[:12] == b"usr/caf\xe9.txt"
+    members, _ = _walk(tar, {"/usr/caf\udce9.txt": CAPTURE})
+    assert _seen(members) == [("/usr/caf\udce9.txt", b"0", 12, "", b"latin-1 name", None)]
+
+
+def test_pax_size_of_a_block_multiple_and_of_a_link() -> None:
+    data = bytes(range(256)) * 4  # 1024 bytes, exactly two blocks
+    entries: list[tuple[str, bytes | None, bytes, str]] = [
+        ("usr/two-blocks", data, tarfile.REGTYPE, ""),
+        ("usr/link", None, tarfile.SYMTYPE, "two-blocks"),
+        ("usr/after", b"after", tarfile.REGTYPE, ""),
+    ]
+    tar = _tar(
+        entries,
+        tarfile.PAX_FORMAT,
+        {"usr/two-blocks": {"size": "1024"}, "usr/link": {"size": "700"}},
+    )
+    with tarfile.open(fileobj=io.BytesIO(tar)) as reference:
+        assert [(m.name, m.size) for m in reference] == [
+            ("usr/two-blocks", 1024),
+            ("usr/link", 700),  # a link's size carries no data
+            ("usr/after", 5),
+        ]
+    select = {"/usr/two-blocks": CAPTURE, "/usr/link": LINK, "/usr/after": CAPTURE}
+    members, _ = _walk(tar, select)
+    assert _seen(members) == [
+        ("/usr/two-blocks", b"0", 1024, "", data, None),
+        ("/usr/link", b"2", 700, "two-blocks", None, None),
+        ("/usr/after", b"0", 5, "", b"after", None),
+    ]
+
+
+def test_the_capture_cap_does_not_touch_members_only_hashed() -> None:
+    tar = _tar([("usr/h.bin", b"h" * 50, tarfile.REGTYPE, "")])
+    members, _ = _walk(tar, {"/usr/h.bin": HASH}, capture_limit=10)
+    assert [(m.path, m.data, m.digest, m.oversized) for m in members] == [
+        ("/usr/h.bin", None, _b64(b"h" * 50), False)
+    ]
