@@ -183,7 +183,7 @@ def test_pax_bytes_that_are_not_utf8_survive_as_surrogates() -> None:
 
 @pytest.mark.parametrize("data", [b"0 path=a\n", b"-5 path=a\n"])
 def test_pax_record_length_must_be_positive(data: bytes) -> None:
-    with pytest.raises(LayerError, match=r"^bad PAX record length$"):
+    with pytest.raises(LayerError, match=r"^bad PAX record length b'(0|-5)'$"):
         _pax(data)
 
 
@@ -764,3 +764,11 @@ def test_the_capture_cap_does_not_touch_members_only_hashed() -> None:
     assert [(m.path, m.data, m.digest, m.oversized) for m in members] == [
         ("/usr/h.bin", None, _b64(b"h" * 50), False)
     ]
+
+
+@pytest.mark.parametrize("record", [b"x2 path=a\n", b" 12 path=a\n", b"+9 path=a\n"])
+def test_a_pax_record_with_a_non_decimal_length_is_a_layer_error(record: bytes) -> None:
+    """A PAX length that is not a decimal number is refused as a LayerError, never a bare
+    ValueError escaping the walk."""
+    with pytest.raises(LayerError, match="bad PAX record length"):
+        _pax(record)

@@ -95,9 +95,10 @@ def _pax(data: bytes) -> dict[str, str]:
         space = data.find(b" ", pos)
         if space < 0:
             break
-        length = int(data[pos:space])
-        if length <= 0:
-            raise LayerError("bad PAX record length")
+        field_ = data[pos:space]
+        if not field_.isdigit() or int(field_) <= 0:
+            raise LayerError(f"bad PAX record length {field_[:20]!r}")
+        length = int(field_)
         record = data[space + 1 : pos + length - 1]
         key, _, value = record.partition(b"=")
         out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
