@@ -598,7 +598,7 @@ class RegistrySource(ImageSource):
 
     # --- manifests and blobs ------------------------------------------------------------
 
-    def _fetch_manifest(self, reference: str) -> tuple[bytes, str, str]:
+    def _fetch_manifest(self, reference: str, accept: str = ACCEPT) -> tuple[bytes, str, str]:
         """Return (bytes, media type, digest) of a manifest, verified against its digest.
 
         By digest: the bytes must hash to it. By tag: when the registry sends
@@ -606,7 +606,7 @@ class RegistrySource(ImageSource):
         wanted = Digest.parse(reference, "manifest reference") if ":" in reference else None
         url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{wanted or reference}"
         what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
-        body, headers = self._get_small(url, {"Accept": ACCEPT}, MAX_MANIFEST_BYTES, what)
+        body, headers = self._get_small(url, {"Accept": accept}, MAX_MANIFEST_BYTES, what)
         content_type = headers.get("Content-Type", "").split(";")[0].strip()
         header = headers.get("Docker-Content-Digest")
         claimed = Digest.parse(header, f"{what}: Docker-Content-Digest") if header else None
@@ -773,32 +773,13 @@ class RegistrySource(ImageSource):
 
     def manifest_bytes(self, reference: str, accept: str = ACCEPT) -> tuple[bytes, str, str]:
         """(bytes, Content-Type, digest) of the manifest ``reference`` (a tag or a digest),
-        verified when by digest; ``ImageNotFound`` on a 404."""
-        if accept == ACCEPT:
-            return self._fetch_manifest(reference)
-        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
-        what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(url, {"Accept": accept}, stream=True)
-        self._check_status(response, what)
-        try:
-            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
-            content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        finally:
-            response.close()
-        digest = sha256_digest(body)
-        if reference.startswith("sha256:") and digest != reference:
-            raise BlobVerificationError(f"{what}: the registry sent bytes with digest {digest}")
-        return body, content_type, digest
+        verified as every manifest is (``_fetch_manifest``); ``ImageNotFound`` on a 404."""
+        return self._fetch_manifest(reference, accept)
 
     def blob_bytes(self, digest: str, limit: int) -> bytes:
         """A whole small blob (at most ``limit`` bytes), verified against ``digest``."""
         what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(self._blob_url(digest), {}, stream=True)
-        self._check_status(response, what)
-        try:
-            body = self._read_limited(response, limit, what)
-        finally:
-            response.close()
+        body, _ = self._get_small(self._blob_url(digest), {}, limit, what)
         verify_bytes(body, digest, what)
         return body
 
