@@ -16,6 +16,8 @@ import re
 from collections.abc import Sequence
 
 from pinguard.build.dockerfile import parse
+from pinguard.build.pipcli import InstallCommand, read_install
+from pinguard.build.shell import split_commands
 from pinguard.models import Step
 
 # "RUN ", "|2 A=1 B=2 ", "/bin/sh -c " (or bash), each optional, in that order.
@@ -35,6 +37,17 @@ def command_text(created_by: str) -> str:
     text = _PREFIX.sub("", text, count=1)
     # "/bin/sh -c #(nop) COPY ..." leaves "COPY ..."; a prefix written twice loses both
     return _PREFIX.sub("", text, count=1)
+
+
+def install_commands(created_by: str) -> tuple[InstallCommand, ...]:
+    """Every pip/uv install a history entry ran, in order, parsed."""
+    script = command_text(created_by)
+    try:
+        commands = split_commands(script)
+    except ValueError:  # an unterminated quote: fall back to plain words
+        commands = [script.split()]
+    found = (read_install(words) for words in commands)
+    return tuple(c for c in found if c is not None)
 
 
 def strip_build_args(created_by: str) -> str:

@@ -29,11 +29,9 @@ def command_text(created_by: str) -> str:
 @lru_cache(maxsize=256)
 def asked_for(created_by: str) -> Mapping[str, str]:
     """{normalized name: requirement as written} for every install in a history command."""
-    from pinguard.repair.resolve.command import parse_install_commands
-
     out: dict[str, str] = {}
-    for command in parse_install_commands(created_by):
-        for text in command.requirements:
+    for command in history.install_commands(created_by):
+        for text in command.positional:
             try:
                 name = canonicalize_name(Requirement(text).name)
             except InvalidRequirement:

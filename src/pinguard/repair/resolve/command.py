@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinguard.build.history import command_text
+from pinguard.build.history import install_commands
 from pinguard.build.pipcli import InstallCommand, read_install
-from pinguard.build.shell import split_commands
 from pinguard.repair.resolve.uv import IndexOptions
 from pinguard.target import parse_requirement
 
@@ -70,13 +69,7 @@ def replay(command: InstallCommand) -> InstallReplay:
 
 def parse_install_commands(created_by: str) -> tuple[InstallReplay, ...]:
     """Every pip/uv install in one history entry, in order, as replays."""
-    script = command_text(created_by)
-    try:
-        commands = split_commands(script)
-    except ValueError:  # an unterminated quote: fall back to plain words
-        commands = [script.split()]
-    found = (read_install(words) for words in commands)
-    return tuple(replay(c) for c in found if c is not None)
+    return tuple(replay(c) for c in install_commands(created_by))
 
 
 def parse_command_line(argv: Sequence[str]) -> InstallReplay | None:
