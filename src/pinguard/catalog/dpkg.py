@@ -88,6 +88,15 @@ class DpkgAnalyzer(Analyzer):
         return DpkgSession()
 
 
+def _touches(files: Sequence[str], touched: Sequence[str]) -> bool:
+    """Whether a layer that added or removed ``touched`` changed one of ``files`` (itself, or a
+    directory above it)."""
+    return any(
+        path in files or any(f.startswith(path.rstrip("/") + "/") for f in files)
+        for path in touched
+    )
+
+
 class DpkgSession(AnalyzerSession):
     """The installed packages and the os-release of the current state."""
 
@@ -96,16 +105,10 @@ class DpkgSession(AnalyzerSession):
         self._os_release: tuple[tuple[str, str], ...] = ()
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
-        changed = any(
-            path == STATUS or STATUS.startswith(path.rstrip("/") + "/") for path in touched
-        )
-        if changed:
+        if _touches((STATUS,), touched):
             status = state.files.get(STATUS)
             self._debs = parse_status(status) if status is not None else ()
-        if any(
-            path in OS_RELEASE or any(f.startswith(path.rstrip("/") + "/") for f in OS_RELEASE)
-            for path in touched
-        ):
+        if _touches(OS_RELEASE, touched):
             self._os_release = os_release(state.files)
 
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
