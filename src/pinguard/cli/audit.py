@@ -13,7 +13,6 @@ from pinguard.cli.common import (
     add_policy_options,
     exit_code,
     judge,
-    pinned,
     run_audit,
 )
 from pinguard.fileio import atomic_write
@@ -55,7 +54,7 @@ def render_options(args: argparse.Namespace, watch: tuple[str, ...] = ()) -> Ren
 def run(args: argparse.Namespace) -> int:
     policy = load_run_policy(args.policy)
     result = judge(run_audit(args, args.reference), args, policy)
-    options = render_options(args, pinned(policy))
+    options = render_options(args, policy.pinned_packages)
     if args.format == "table" and not args.output:
         console = Console() if sys.stdout.isatty() else Console(width=140)
         table.draw(result, console, options)

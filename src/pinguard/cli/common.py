@@ -257,11 +257,6 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
     return audit_image(reference, options=options)
 
 
-def pinned(policy: Policy) -> tuple[str, ...]:
-    """The packages a policy pins, sorted: rows the HTML timeline always shows."""
-    return tuple(sorted({str(p.package) for p in policy.pins}))
-
-
 def judge(
     result: AuditResult, args: argparse.Namespace, policy: Policy | None = None
 ) -> AuditResult:

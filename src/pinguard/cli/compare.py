@@ -27,7 +27,6 @@ from pinguard.cli.common import (
     add_policy_options,
     judge,
     parse_platform,
-    pinned,
     run_audit,
 )
 from pinguard.errors import UsageError
@@ -109,7 +108,7 @@ def build(args: argparse.Namespace) -> tuple[Comparison | PlatformComparison, An
 
 def run(args: argparse.Namespace) -> int:
     cmp, policy = build(args)
-    options = render_options(args, pinned(policy))
+    options = render_options(args, policy.pinned_packages)
     if args.format == "table" and not args.output:
         from pinguard.report.compare import draw_table
 

@@ -350,6 +350,11 @@ class Policy:
     files: tuple[str, ...] = field(default=(), compare=False)
     native_pins: tuple[NativePin, ...] = ()
 
+    @property
+    def pinned_packages(self) -> tuple[str, ...]:
+        """The packages any pin names, sorted (rows the HTML timeline always shows)."""
+        return tuple(sorted({str(p.package) for p in self.pins}))
+
     def rule(self, rule_id: str) -> RuleConfig:
         for cfg in self.rules:
             if cfg.rule == rule_id:
