@@ -175,6 +175,9 @@ class HTTPFront(_Server):
     ``break_blobs``: break the first N blob GET bodies after half their bytes, by closing
     the connection (``break_mode="truncate"``) or resetting it with a TCP RST ("reset").
     ``set_cookie``: a ``Set-Cookie`` value added to every response.
+    ``stall(path)``: for a blob GET whose path it accepts, send the headers and half the
+    body, then hold the connection open, sending nothing, until ``stop()`` (a registry
+    that hangs mid-blob). ``stalled`` counts the connections so held.
     Every request is kept in ``requests`` (headers included) for assertions."""
 
     def __init__(
@@ -190,8 +193,12 @@ class HTTPFront(_Server):
         break_blobs: int = 0,
         break_mode: Literal["truncate", "reset"] = "truncate",
         set_cookie: str | None = None,
+        stall: Callable[[str], bool] | None = None,
     ) -> None:
         self.upstream = upstream
+        self.stall = stall
+        self.stalled = 0
+        self.released = threading.Event()
         self.transform = transform
         self.header_transform = header_transform
         self.break_remaining = break_blobs
@@ -204,6 +211,10 @@ class HTTPFront(_Server):
         self.requests: list[Recorded] = []
         self.lock = threading.Lock()
         super().__init__(_FrontHandler)
+
+    def stop(self) -> None:
+        self.released.set()
+        super().stop()
 
 
 class _FrontHandler(_Handler):
@@ -246,10 +257,28 @@ class _FrontHandler(_Handler):
         if breaking:
             self._break(status, payload, out, owner.break_mode)
             return
+        if (
+            owner.stall is not None
+            and self.command == "GET"
+            and "/blobs/" in self.path
+            and status == 200
+            and owner.stall(self.path)
+        ):
+            self._stall(status, payload, out)
+            return
         self._reply(status, payload, out)
 
-    def _break(self, status: int, body: bytes, headers: Mapping[str, str], mode: str) -> None:
-        """Promise the whole body, send half, then close or reset the connection."""
+    def _stall(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        """Promise the whole body, send half, then hang until the front stops."""
+        owner: HTTPFront = self.owner
+        self._send_half(status, body, headers)
+        with owner.lock:
+            owner.stalled += 1
+        owner.released.wait()
+        self.close_connection = True
+
+    def _send_half(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        """Promise the whole body and send half of it."""
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
@@ -257,6 +286,10 @@ class _FrontHandler(_Handler):
         self.end_headers()
         self.wfile.write(body[: len(body) // 2])
         self.wfile.flush()
+
+    def _break(self, status: int, body: bytes, headers: Mapping[str, str], mode: str) -> None:
+        """Promise the whole body, send half, then close or reset the connection."""
+        self._send_half(status, body, headers)
         if mode == "reset":
             # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

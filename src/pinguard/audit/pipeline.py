@@ -3,7 +3,9 @@
 Joins the stages in their one direction: the source resolves the image, each layer not in
 the cache is streamed and analysed (in worker processes when the transport allows, since
 two layers in two processes keep both cores busy), the analyses are replayed into the
-state after every history step, and each step is diffed against the one before. Findings
+state after every history step, and each step is diffed against the one before. When the
+audit is abandoned (Ctrl-C, or one layer failed) the workers are stopped at once rather than
+left to finish layers nobody will read. Findings
 are left empty: judging is the policy's job. Progress is reported through a callback so
 that only the CLI draws anything.
 """
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -100,14 +104,33 @@ def _analyze_tree(layer: LayerRef, analyzers: Analyzers) -> LayerAnalysis:
 
 
 # In a worker process: where byte counts go while a blob streams (set by the pool's
-# initializer, so the queue is inherited rather than pickled).
+# initializer, so the queue is inherited rather than pickled), and whether a layer is
+# being analysed (so a SIGTERM knows whether there is anything to clean up first).
 _BYTES: Any = None
+_BUSY = False
 _REPORT_EVERY = 1 << 20  # send a count once a MiB has gone by, not per read
+_STOP_GRACE = 5.0  # seconds a terminated worker gets to clean up before it is killed
 
 
-def _set_byte_queue(queue: Any) -> None:
+class _Stopped(BaseException):
+    """Raised in a busy worker by SIGTERM: unwinds it so ``finally`` blocks (the blob
+    stream, a cache entry's temporary file) clean up before the process exits."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    if _BUSY:
+        raise _Stopped
+    os._exit(128 + signum)  # idle: nothing to clean up, and no traceback from the pool loop
+
+
+def _init_worker(queue: Any) -> None:
+    """Pool worker set-up: the byte queue, and signals. Ctrl-C in a terminal goes to the
+    whole process group; the parent alone handles it (and stops the workers), so a worker
+    ignores SIGINT rather than printing a traceback of its own."""
     global _BYTES  # noqa: PLW0603 - per-process state of a pool worker
     _BYTES = queue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _byte_reporter(digest: str) -> Callable[[int], None] | None:
@@ -134,17 +157,49 @@ def _analyze_one(
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
-    through the pool's queue as they flow, when the parent asked for progress."""
-    stream = source.open_blob(layer)
+    through the pool's queue as they flow, when the parent asked for progress. Stopped by
+    the parent (SIGTERM), it unwinds and exits at once: the pool is being torn down."""
+    global _BUSY  # noqa: PLW0603 - per-process state of a pool worker
+    _BUSY = True
     try:
-        analysis = _analyze_blob(
-            stream, layer, analyzers, _byte_reporter(layer.digest), limits=limits
-        )
-    finally:
+        stream = source.open_blob(layer)
+        try:
+            analysis = _analyze_blob(
+                stream, layer, analyzers, _byte_reporter(layer.digest), limits=limits
+            )
+        except _Stopped:
+            raise  # leave the stream: its reader may be blocked on the network
+        except BaseException:
+            stream.close()
+            raise
         stream.close()
-    if cache is not None:
-        cache.put(analysis)
-    return analysis
+        if cache is not None:
+            cache.put(analysis)
+        return analysis
+    except _Stopped:
+        os._exit(128 + signal.SIGTERM)
+    finally:
+        _BUSY = False
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool's workers now, whatever they are doing (a blob read blocked on a slow
+    registry included): SIGTERM, a short grace to clean up, then SIGKILL. Used when the
+    audit is abandoned (Ctrl-C, or one layer failed), so the parent never waits for layers
+    whose analyses nobody will read."""
+    # ProcessPoolExecutor gains terminate_workers() in Python 3.14; until then its
+    # process table is the only handle on the workers (and shutdown() clears it).
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + _STOP_GRACE
+    for proc in workers:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def _history_steps(
@@ -192,7 +247,7 @@ def _parallel(
             progress.advance(by_digest[digest], nbytes)
 
     with ProcessPoolExecutor(
-        max_workers=jobs, mp_context=ctx, initializer=_set_byte_queue, initargs=(queue,)
+        max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(queue,)
     ) as pool:
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
@@ -211,8 +266,7 @@ def _parallel(
                     if progress is not None:
                         progress.done(layer)
         except BaseException:
-            for fut in pending:
-                fut.cancel()
+            _stop_workers(pool)
             raise
     return out
 

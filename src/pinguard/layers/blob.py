@@ -33,6 +33,7 @@ DECOMPRESS_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.er
 
 CHUNK = 1 << 20
 PREFETCH_CHUNKS = 8  # raw chunks fetched and hashed ahead of the inflater
+CLOSE_WAIT = 0.25  # seconds close() waits for a prefetch thread (see VerifyingReader.close)
 IN_CHUNK = 1 << 20  # compressed bytes per read from the blob stream
 OUT_CHUNK = 4 << 20  # decompressed bytes per chunk at most (memory stays flat)
 
@@ -134,10 +135,16 @@ class VerifyingReader:
         return data
 
     def close(self) -> None:
-        """Stop the prefetch thread (if any) without waiting for the rest of the blob."""
+        """Stop the prefetch thread (if any) without waiting for the rest of the blob.
+
+        A thread waiting to hand over a chunk stops within 0.1 s. One blocked inside a read
+        of a stalled connection cannot be woken, so it is left after ``CLOSE_WAIT``: it is a
+        daemon thread, and whatever its read returns is dropped (it never hands anything
+        over once stopped). Waiting for it would tie Ctrl-C, or the end of an audit that
+        already failed, to the registry's read timeout."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(CLOSE_WAIT)
 
     def finish(self) -> str:
         """Drain what is left, then verify size and digest; return the computed digest."""
