@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import InvalidName, NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from pinguard.errors import ResolveError, UsageError
@@ -62,21 +62,36 @@ def _stem(name: str) -> str:
 
 
 def seed_site_packages(site: Path, env: Environment) -> list[str]:
-    """Write dist-info metadata for every distribution of ``env`` into ``site``."""
+    """Write dist-info metadata for every distribution of ``env`` into ``site``.
+
+    The values come from the image, so nothing unchecked reaches a path or a header: a
+    distribution whose name is not a valid project name, or whose version is not PEP 440
+    (uv could not read it anyway), is left out with a note, never written where its
+    name or version would put it (``../../x`` as a version would otherwise escape ``site``);
+    a header value holding a line break is dropped the same way."""
     notes: list[str] = []
     for dist in env.distributions:
+        shown = dist.display_name or dist.name
         try:
+            canonicalize_name(shown, validate=True)
             version = str(Version(dist.raw_version))
+        except InvalidName:
+            notes.append(f"{shown!r} is not a valid project name; not seeded for uv")
+            continue
         except InvalidVersion:
-            notes.append(f"{dist.name} {dist.raw_version!r} is not PEP 440; uv will not see it")
-            version = dist.raw_version
+            notes.append(f"{dist.name} {dist.raw_version!r} is not PEP 440; not seeded for uv")
+            continue
         info = site / f"{_stem(dist.name)}-{version}.dist-info"
         info.mkdir(parents=True, exist_ok=True)
-        meta = ["Metadata-Version: 2.1", f"Name: {dist.display_name or dist.name}"]
-        meta.append(f"Version: {dist.raw_version}")
+        meta = ["Metadata-Version: 2.1", f"Name: {shown}", f"Version: {version}"]
+        headers = [("Requires-Dist", r) for r in dist.requires_dist]
         if dist.requires_python:
-            meta.append(f"Requires-Python: {dist.requires_python}")
-        meta += [f"Requires-Dist: {r}" for r in dist.requires_dist]
+            headers.insert(0, ("Requires-Python", dist.requires_python))
+        for key, value in headers:
+            if "\n" in value or "\r" in value:
+                notes.append(f"{dist.name}: {key} {value!r} holds a line break; left out")
+            else:
+                meta.append(f"{key}: {value}")
         files = {
             "METADATA": "\n".join(meta) + "\n\n",
             "INSTALLER": f"{dist.installer or 'pip'}\n",
