@@ -403,6 +403,7 @@ def run_guard(
     targets: Sequence[str] = (),
     fail_on: Severity | None = Severity.ERROR,
     allow_incomplete: bool = False,
+    allow_no_python: bool = False,
     exclude: Sequence[str] = (),
     update: str = "pass",
     platform: Platform | None = None,
@@ -444,7 +445,7 @@ def run_guard(
     )
     findings = evaluate(result, policy, targets=tuple(targets), today=today)
     result = dataclasses.replace(result, findings=findings)
-    verdict = result.verdict(fail_on, allow_incomplete)
+    verdict = result.verdict(fail_on, allow_incomplete, allow_no_python)
     this = GuardStep(index, step_name, verdict)
     record = update == "always" or (update == "pass" and verdict == "pass")
     if record:

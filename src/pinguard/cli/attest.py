@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         policies=policy_digests(policy.files),
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
+        allow_no_python=args.allow_no_python,
         now=now,
     )
     envelope = dsse.sign(statement_bytes(statement), key).to_json()

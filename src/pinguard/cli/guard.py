@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         targets=args.target,
         fail_on=fail_on,
         allow_incomplete=args.allow_incomplete,
+        allow_no_python=args.allow_no_python,
         exclude=args.exclude,
         update=args.update_state,
     )
@@ -144,7 +145,11 @@ def run(args: argparse.Namespace) -> int:
         from pinguard.report import json as json_report
         from pinguard.report.options import RenderOptions
 
-        options = RenderOptions(fail_on=fail_on, allow_incomplete=args.allow_incomplete)
+        options = RenderOptions(
+            fail_on=fail_on,
+            allow_incomplete=args.allow_incomplete,
+            allow_no_python=args.allow_no_python,
+        )
         sys.stdout.write(json_report.render(outcome.result, options))
     else:
         state = args.state

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from pinguard.audit.compare import Comparison, PlatformComparison
 
 
+class Judged(Protocol):
+    """What has a verdict: an ``AuditResult``, a ``Comparison``, a ``PlatformComparison``."""
+
+    def verdict(
+        self, fail_on: Severity | None, allow_incomplete: bool = ..., allow_no_python: bool = ...
+    ) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
     """How to render one report; every format reads only the fields it needs."""
@@ -27,6 +35,8 @@ class RenderOptions:
     fail_on: Severity | None = Severity.ERROR
     # a verdict may pass although something could not be read
     allow_incomplete: bool = False
+    # a verdict may pass although the image has no Python environment (--allow-no-python)
+    allow_no_python: bool = False
     # the report's title: Markdown's heading, JUnit's suite name
     title: str = "pinguard"
     # SARIF: the Dockerfile results point at, its text (read from the path when None), and
@@ -42,6 +52,22 @@ class RenderOptions:
     width: int = 160
     # html: packages the timeline always shows (the policy's pins), besides what changed
     watch: tuple[str, ...] = ()
+
+    def no_python_text(self, result: AuditResult) -> str | None:
+        """The status line of an image without a Python environment (None when it has one):
+        the same words in every format, saying whether the gate fails on it."""
+        if not result.no_python:
+            return None
+        tail = (
+            "allowed by --allow-no-python"
+            if self.allow_no_python
+            else ("the gate fails unless --allow-no-python")
+        )
+        return f"{result.no_python_message()} ({tail})"
+
+    def verdict(self, judged: Judged) -> str:
+        """``judged``'s verdict at these options' threshold and allowances."""
+        return judged.verdict(self.fail_on, self.allow_incomplete, self.allow_no_python)
 
 
 DEFAULT_OPTIONS = RenderOptions()
