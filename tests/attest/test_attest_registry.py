@@ -366,12 +366,16 @@ def test_an_incomplete_audit_is_not_attested_unless_allowed(ctx: Ctx) -> None:
 
 
 def test_unreadable_image_and_usage_errors(ctx: Ctx) -> None:
-    """A missing image exits 3; attest without --policy, --push to a non-registry, a bad
-    --max-age and a private key given to verify exit 2 with a message."""
+    """A missing image exits 3; attest without --policy (or with --policy none), --push to a
+    non-registry, a bad --max-age and a private key given to verify exit 2 with a message."""
     code, _, err = ctx.verify(f"docker://{ctx.registry.ref(ctx.repo)}:nope")
     assert code == 3
     assert "not found" in err
     code, _, err = ctx.run("attest", ctx.ref(), "--key", str(ctx.keys.private))
+    assert code == 2
+    assert "attest needs --policy FILE" in err
+    # --policy none judges nothing, so there is nothing to attest
+    code, _, err = ctx.run("attest", ctx.ref(), "--key", str(ctx.keys.private), "--policy", "none")
     assert code == 2
     assert "attest needs --policy FILE" in err
     code, _, err = ctx.attest("oci:/nowhere:x", "--push")

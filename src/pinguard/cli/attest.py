@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         statement_bytes,
     )
 
-    if not args.policy:
+    if not args.policy or "none" in args.policy:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
     if args.push and not args.reference.startswith(DOCKER):
         raise UsageError(

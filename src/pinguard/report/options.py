@@ -5,6 +5,8 @@ that the policy has already judged. ``RenderOptions`` gathers everything any for
 need (the verdict's threshold, where SARIF results point, JUnit's extra rules, Markdown's row
 cap, the table's width); a format ignores the fields it has no use for. There is one default
 for each field, shared by all formats (``fail_on`` is ``error`` everywhere, like the CLI).
+``RenderOptions.verdict`` is the one place a renderer gets a verdict from (threshold and
+allowances together), ``no_python_text`` the one wording of the "no Python environment" status.
 """
 
 from __future__ import annotations
@@ -58,11 +60,10 @@ class RenderOptions:
         the same words in every format, saying whether the gate fails on it."""
         if not result.no_python:
             return None
-        tail = (
-            "allowed by --allow-no-python"
-            if self.allow_no_python
-            else ("the gate fails unless --allow-no-python")
-        )
+        if self.allow_no_python:
+            tail = "allowed by --allow-no-python"
+        else:
+            tail = "the gate fails unless --allow-no-python"
         return f"{result.no_python_message()} ({tail})"
 
     def verdict(self, judged: Judged) -> str:
