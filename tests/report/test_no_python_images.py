@@ -2,7 +2,8 @@
 
 The image is a plain Debian bookworm (``debootstrap --variant=minbase``, no Python; built
 once and cached by ``tests/infra/build.ensure_plain_image``) pushed to a real
-``docker-registry`` on 127.0.0.1 and read from there with ``docker://``. Each format is
+``docker-registry`` on 127.0.0.1 and read from there with ``docker://`` (integration); the
+tests that need only that image also run on a crafted OCI layout in the fast set. Each format is
 rendered through the CLI, with and without ``--allow-no-python``, and the status sentence,
 the exit code and the verdict are checked against values written here by hand: the JSON
 against the audit schema, SARIF against the vendored 2.1.0 schema, CycloneDX against the
@@ -24,6 +25,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from pinguard.cli import main
+from pinguard.testing.images import ImageWriter, layer_tar
 from tests.conftest import require_build_tools
 from tests.infra.browser import file_url, open_browser
 from tests.infra.build import ensure_plain_image
@@ -32,22 +34,42 @@ from tests.infra.registry import RegistryServer
 from tests.infra.tools import require_tool
 from tests.report.test_html_browser import keep_screenshot
 
-pytestmark = pytest.mark.integration
-
 REPO = "pinguard/debian-plain:bookworm"
 FAILS = "the gate fails unless --allow-no-python"
 ALLOWED = "allowed by --allow-no-python"
 
 
-@pytest.fixture(scope="module")
-def plain(scenario_registry: RegistryServer) -> str:
-    """``docker://127.0.0.1:PORT/pinguard/debian-plain:bookworm``: Debian without Python."""
+def _crafted(directory: Path) -> str:
+    """An OCI layout written by ``pinguard.testing.images``: os-release and a dpkg status of
+    one package, no Python (the fast set's stand-in for the real image)."""
+    writer = ImageWriter(directory)
+    files = {
+        "etc/os-release": b'ID=debian\nVERSION_ID="12"\n',
+        "var/lib/dpkg/status": b"Package: base-files\nStatus: install ok installed\n"
+        b"Architecture: amd64\nVersion: 12.4+deb12u11\n\n",
+    }
+    desc = writer.layer(layer_tar(files))
+    image = writer.image([desc], [{"created_by": "ADD rootfs.tar /"}])
+    index, _ = writer.index([image], tag="t")
+    writer.write_layout(index)
+    return f"oci:{directory}:t"
+
+
+@pytest.fixture(
+    scope="module", params=["layout", pytest.param("registry", marks=pytest.mark.integration)]
+)
+def plain(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An image without Python: ``oci:`` of a crafted layout, or the real plain Debian image
+    as ``docker://127.0.0.1:PORT/pinguard/debian-plain:bookworm``."""
+    if request.param == "layout":
+        return _crafted(tmp_path_factory.mktemp("plain-layout") / "layout")
     require_build_tools()
     require_tool("podman")
     require_tool("debootstrap")
+    registry: RegistryServer = request.getfixturevalue("scenario_registry")
     tag = ensure_plain_image()
-    scenario_registry.push(f"containers-storage:{tag}", REPO)
-    return f"docker://{scenario_registry.ref(REPO)}"
+    registry.push(f"containers-storage:{tag}", REPO)
+    return f"docker://{registry.ref(REPO)}"
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +111,13 @@ def test_table_says_no_python_and_fails_unless_allowed(
     assert "verdict: pass" in out
 
 
+SCHEMA = json.loads(AUDIT_SCHEMA.read_text())
+
+
 def test_json_has_the_status_field_and_validates(
-    plain: str, with_python: str, cache: Path, capsys: pytest.CaptureFixture[str]
+    plain: str, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    schema = json.loads(AUDIT_SCHEMA.read_text())
+    schema = SCHEMA
     code, out = _run(capsys, cache, "audit", plain, "--format", "json")
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
@@ -108,10 +133,17 @@ def test_json_has_the_status_field_and_validates(
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
     assert (code, doc["no_python_environment"]["allowed"], doc["verdict"]) == (0, True, "pass")
-    # an image with Python has no such key (its documents keep their bytes)
+
+
+@pytest.mark.integration
+def test_json_of_an_image_with_python_has_no_status_key(
+    with_python: str, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its documents keep their bytes: no ``no_python_environment`` key at all."""
     code, out = _run(capsys, cache, "audit", with_python, "--format", "json")
     doc = json.loads(out)
-    jsonschema.validate(doc, schema)
+    jsonschema.validate(doc, SCHEMA)
+    assert (code, doc["verdict"]) == (0, "pass")
     assert "no_python_environment" not in doc
     assert [e["path"] for e in doc["environments"]] == ["/usr/lib/python3/dist-packages"]
 
@@ -219,6 +251,7 @@ def _compare(
     return code, doc
 
 
+@pytest.mark.integration
 def test_compare_names_the_side_without_python(
     plain: str, with_python: str, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -256,6 +289,7 @@ def test_compare_names_the_side_without_python(
         assert case.get("name") == f"python environments ({side})"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fmt", ["table", "json", "markdown", "html", "sarif", "junit"])
 def test_every_rule_off_says_nothing_could_fire_in_every_format(
     with_python: str, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
