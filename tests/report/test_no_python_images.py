@@ -253,10 +253,11 @@ def _compare(
 
 @pytest.mark.integration
 def test_compare_names_the_side_without_python(
-    plain: str, with_python: str, cache: Path, capsys: pytest.CaptureFixture[str]
+    plain: str, with_python: str, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Plain Debian as A, then as B: the side without Python carries the status in json,
-    table, markdown, sarif and junit; either side fails the verdict unless allowed."""
+    table, markdown, sarif, junit and html (in the browser); either side fails the verdict
+    unless allowed."""
     code, doc = _compare(capsys, cache, plain, with_python)
     assert code == 1
     assert doc["a"]["no_python_environment"] == {
@@ -287,6 +288,16 @@ def test_compare_names_the_side_without_python(
         case = ET.fromstring(out).find("./testsuite/testcase[@classname='pinguard.python']")
         assert case is not None
         assert case.get("name") == f"python environments ({side})"
+    html = tmp_path / "compare-no-python.html"
+    argv = ["compare", plain, with_python, "--format", "html", "-o", str(html)]
+    assert _run(capsys, cache, *argv)[0] == 1
+    from selenium.webdriver.common.by import By
+
+    with open_browser() as driver:
+        driver.get(file_url(html))
+        assert driver.find_element(By.ID, "no-python-a").text == f"A: {_status(plain, False)}"
+        assert not driver.find_elements(By.ID, "no-python-b")
+        keep_screenshot(driver, tmp_path, "compare-no-python")
 
 
 @pytest.mark.integration
