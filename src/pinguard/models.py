@@ -279,9 +279,30 @@ class AuditResult:
     # as (absolute path, "sha256=<urlsafe b64>") pairs.
     file_digests: tuple[tuple[str, str], ...] = ()
 
-    def verdict(self, fail_on: Severity | None, allow_incomplete: bool = False) -> str:
-        """``pass`` or ``fail`` for findings at or above ``fail_on`` (None: never)."""
+    @property
+    def no_python(self) -> bool:
+        """True when the final state has no Python environment at all (a plain Debian base,
+        a distroless image, or site-packages pinguard could not see)."""
+        return not self.final.environments
+
+    def no_python_message(self) -> str:
+        """The one sentence every format shows for ``no_python``."""
+        return f"no Python environment found in {self.image.reference}"
+
+    def verdict(
+        self,
+        fail_on: Severity | None,
+        allow_incomplete: bool = False,
+        allow_no_python: bool = False,
+    ) -> str:
+        """``pass`` or ``fail`` for findings at or above ``fail_on`` (None: never).
+
+        Something incomplete fails unless ``allow_incomplete``; an image without any Python
+        environment fails unless ``allow_no_python`` (for a gate on Python drift it is most
+        likely the wrong image or a missed environment)."""
         if self.incomplete and not allow_incomplete:
+            return "fail"
+        if self.no_python and not allow_no_python:
             return "fail"
         if fail_on is None:
             return "pass"

@@ -344,7 +344,8 @@ def test_a_failing_verdict_is_attested_but_never_verifies(ctx: Ctx) -> None:
 
 def test_an_incomplete_audit_is_not_attested_unless_allowed(ctx: Ctx) -> None:
     """A dist-info without Name/Version: attest exits 3 and pushes nothing; with
-    --allow-incomplete it attests, and verify accepts that only with --allow-incomplete."""
+    --allow-incomplete (and --allow-no-python: nothing else is there) it attests, and verify
+    accepts that only with --allow-incomplete."""
     site = "usr/local/lib/python3.11/site-packages"
     layout = build_oci_layout(
         ctx.tmp_path / "layout",
@@ -357,7 +358,8 @@ def test_an_incomplete_audit_is_not_attested_unless_allowed(ctx: Ctx) -> None:
     assert "not attesting" in err
     assert "metadata has no Name" in err
     assert tags(ctx.registry.url, ctx.repo) == ["v1"]
-    code, _, err = ctx.attest(ref, "--push", "--allow-incomplete")
+    # its one distribution unread, the image has no Python environment either
+    code, _, err = ctx.attest(ref, "--push", "--allow-incomplete", "--allow-no-python")
     assert code == 0, err
     code, out, _ = ctx.verify(ref)
     assert code == 1
@@ -366,12 +368,16 @@ def test_an_incomplete_audit_is_not_attested_unless_allowed(ctx: Ctx) -> None:
 
 
 def test_unreadable_image_and_usage_errors(ctx: Ctx) -> None:
-    """A missing image exits 3; attest without --policy, --push to a non-registry, a bad
-    --max-age and a private key given to verify exit 2 with a message."""
+    """A missing image exits 3; attest without --policy (or with --policy none), --push to a
+    non-registry, a bad --max-age and a private key given to verify exit 2 with a message."""
     code, _, err = ctx.verify(f"docker://{ctx.registry.ref(ctx.repo)}:nope")
     assert code == 3
     assert "not found" in err
     code, _, err = ctx.run("attest", ctx.ref(), "--key", str(ctx.keys.private))
+    assert code == 2
+    assert "attest needs --policy FILE" in err
+    # --policy none judges nothing, so there is nothing to attest
+    code, _, err = ctx.run("attest", ctx.ref(), "--key", str(ctx.keys.private), "--policy", "none")
     assert code == 2
     assert "attest needs --policy FILE" in err
     code, _, err = ctx.attest("oci:/nowhere:x", "--push")

@@ -330,3 +330,23 @@ def test_state_round_trip() -> None:
 def test_step_name_from_script(script: str, name: str) -> None:
     """The default step name is the RUN script without the guard call."""
     assert step_name_from_script(script) == name
+
+
+def test_baseline_without_python_passes_a_later_call_without_it_fails(
+    tmp_path: Path, policy_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baseline may come before any Python distribution (exit 0, said in the log); a
+    later call that still finds no environment fails unless --allow-no-python."""
+    root = tmp_path / "bare"
+    (root / "etc").mkdir(parents=True)
+    assert guard(root, policy_file, "--step-name", "base") == 0
+    out = capsys.readouterr().out
+    assert "pinguard guard:   baseline: no Python environment found" in out
+    assert "verdict: PASS; baseline recorded in /var/lib/pinguard/state.json" in out
+    assert guard(root, policy_file, "--step-name", "apt", "--update-state", "never") == 1
+    out = capsys.readouterr().out
+    assert f"pinguard guard:   no Python environment found in dir:{root} (fails unless " in out
+    assert "verdict: FAIL" in out
+    assert guard(root, policy_file, "--step-name", "apt", "--allow-no-python") == 0
+    out = capsys.readouterr().out
+    assert f"no Python environment found in dir:{root} (allowed by --allow-no-python)" in out

@@ -217,7 +217,8 @@ def test_plan_exit_2_without_a_command_or_when_uv_cannot_resolve(
 def test_gate_fails_on_an_incomplete_image_unless_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A METADATA without Version makes the image incomplete: gate exit 1, 0 with the flag."""
+    """A METADATA without Version makes the image incomplete: gate exit 1, 0 with the flag
+    (and --allow-no-python: the one distribution was its only Python environment)."""
     site = "usr/lib/python3/dist-packages"
     broken = {f"{site}/broken-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: broken\n"}
     path = tmp_path / "x.tar"
@@ -228,7 +229,8 @@ def test_gate_fails_on_an_incomplete_image_unless_allowed(
     code, out, _ = run_cli(capsys, *argv, "--no-cache")
     assert code == 1
     assert f"/{site}/broken-1.0.dist-info" in out
-    assert run_cli(capsys, *argv, "--no-cache", "--allow-incomplete")[0] == 0
+    assert run_cli(capsys, *argv, "--no-cache", "--allow-incomplete")[0] == 1
+    assert run_cli(capsys, *argv, "--no-cache", "--allow-incomplete", "--allow-no-python")[0] == 0
 
 
 # --------------------------------------------------------------------------- exit 130

@@ -9,9 +9,11 @@ imports it into containers-storage; later runs reuse the image, or re-import the
 the host network namespace, so ``RUN pip install --index-url http://127.0.0.1:PORT/simple``
 reaches an index served by the test process) and returns the outcome with the whole log
 instead of raising, because some tests want a build to fail at a given step.
-:func:`build_scratch_image` is the fast, Python-less path: ``FROM scratch`` plus one ``COPY``
-of a site-packages tree per step. :func:`mounted_image` and :func:`image_config` let tests
-look inside what they built without running a container.
+:func:`ensure_plain_image` does the same for a plain Debian base without any Python (the
+image a Python drift gate should refuse). :func:`build_scratch_image` is the fast,
+Python-less path: ``FROM scratch`` plus one ``COPY`` of a site-packages tree per step.
+:func:`mounted_image` and :func:`image_config` let tests look inside what they built without
+running a container.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ BASE_IMAGE = f"localhost/pinguard-test/python-base:bookworm-{BASE_IMAGE_VERSION}
 BASE_SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "python3-pip", "python3-venv")
+#: A plain Debian base without any Python (``debootstrap --variant=minbase``, nothing added):
+#: the image a Python drift gate should refuse unless told it is audited on purpose.
+PLAIN_ROOTFS_VERSION = "v1"
+PLAIN_IMAGE = f"localhost/pinguard-test/debian-plain:bookworm-{PLAIN_ROOTFS_VERSION}"
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "PIP_BREAK_SYSTEM_PACKAGES": "1",
@@ -125,20 +131,38 @@ def base_rootfs_tarball() -> Path:
     return cache_dir() / f"rootfs-{DEBIAN_SUITE}-python-{ROOTFS_VERSION}.tar"
 
 
-def ensure_base_image(tag: str = BASE_IMAGE, mirror: str | None = None) -> str:
-    """Return ``tag`` after making sure the Debian+Python base image is in storage."""
-    with file_lock(cache_dir() / "base-image.lock"):
+def _ensure_image(
+    tag: str, lock: str, tarball: Path, packages: Sequence[str], mirror: str | None
+) -> str:
+    """``tag`` in storage: imported from ``tarball``, debootstrapped first if need be."""
+    with file_lock(cache_dir() / lock):
         if image_exists(tag):
             return tag
-        tarball = base_rootfs_tarball()
         if not tarball.exists():
-            make_rootfs_tarball(tarball, mirror=mirror)
-        import_rootfs(tarball, tag)
+            make_rootfs_tarball(tarball, mirror=mirror, packages=packages)
+        import_rootfs(tarball, tag, python=bool(packages))
     return tag
 
 
-def make_rootfs_tarball(tarball: Path, mirror: str | None = None) -> None:
-    """debootstrap a minimal bookworm with Python into a temporary dir and tar it up."""
+def ensure_base_image(tag: str = BASE_IMAGE, mirror: str | None = None) -> str:
+    """Return ``tag`` after making sure the Debian+Python base image is in storage."""
+    return _ensure_image(tag, "base-image.lock", base_rootfs_tarball(), DEBIAN_PACKAGES, mirror)
+
+
+def plain_rootfs_tarball() -> Path:
+    return cache_dir() / f"rootfs-{DEBIAN_SUITE}-plain-{PLAIN_ROOTFS_VERSION}.tar"
+
+
+def ensure_plain_image(tag: str = PLAIN_IMAGE, mirror: str | None = None) -> str:
+    """Return ``tag`` after making sure the plain Debian image (no Python) is in storage."""
+    return _ensure_image(tag, "plain-image.lock", plain_rootfs_tarball(), (), mirror)
+
+
+def make_rootfs_tarball(
+    tarball: Path, mirror: str | None = None, packages: Sequence[str] = DEBIAN_PACKAGES
+) -> None:
+    """debootstrap a minimal bookworm (with ``packages``: Python by default) into a
+    temporary dir and tar it up."""
     mirror = mirror or os.environ.get("PINGUARD_DEBIAN_MIRROR") or "http://deb.debian.org/debian"
     rootfs = tarball.with_name(tarball.name + ".rootfs")
     if rootfs.exists():
@@ -146,7 +170,7 @@ def make_rootfs_tarball(tarball: Path, mirror: str | None = None) -> None:
     argv = [
         "debootstrap",
         "--variant=minbase",
-        f"--include={','.join(DEBIAN_PACKAGES)}",
+        *([f"--include={','.join(packages)}"] if packages else []),
         DEBIAN_SUITE,
         str(rootfs),
         mirror,
@@ -157,20 +181,21 @@ def make_rootfs_tarball(tarball: Path, mirror: str | None = None) -> None:
         detail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
         shutil.rmtree(rootfs, ignore_errors=True)
         raise BuildError(f"debootstrap failed ({proc.returncode}):\n{proc.stderr[-4000:]}{detail}")
-    finish_rootfs(rootfs)
+    finish_rootfs(rootfs, pip=bool(packages))
     tar_rootfs(rootfs, tarball)
     shutil.rmtree(rootfs)
 
 
-def finish_rootfs(rootfs: Path) -> None:
-    """Trim a fresh debootstrap tree and configure pip for use as root in builds."""
+def finish_rootfs(rootfs: Path, *, pip: bool = True) -> None:
+    """Trim a fresh debootstrap tree and (``pip``) configure pip for use as root in builds."""
     for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
         d = rootfs / sub
         if d.is_dir():
             for entry in d.iterdir():
                 if entry.is_file() and entry.name not in {"lock"}:
                     entry.unlink()
-    (rootfs / "etc" / "pip.conf").write_text(PIP_CONF)
+    if pip:
+        (rootfs / "etc" / "pip.conf").write_text(PIP_CONF)
 
 
 def tar_rootfs(rootfs: Path, tarball: Path) -> None:
@@ -195,17 +220,16 @@ def tar_rootfs(rootfs: Path, tarball: Path) -> None:
     tmp.replace(tarball)
 
 
-def import_rootfs(tarball: Path, tag: str) -> None:
-    """Import a rootfs tarball as ``tag`` with the pip environment baked into its config."""
+def import_rootfs(tarball: Path, tag: str, *, python: bool = True) -> None:
+    """Import a rootfs tarball as ``tag``; with ``python``, the pip environment baked into
+    its config."""
     argv = ["podman", "import"]
-    for key, value in sorted(BASE_ENV.items()):
-        argv += ["--change", f"ENV {key}={value}"]
-    argv += [
-        "--change",
-        'CMD ["python3"]',
-        "--message",
-        "pinguard test base: debian bookworm + python3",
-    ]
+    if python:
+        for key, value in sorted(BASE_ENV.items()):
+            argv += ["--change", f"ENV {key}={value}"]
+        argv += ["--change", 'CMD ["python3"]']
+    message = "debian bookworm + python3" if python else "plain debian bookworm"
+    argv += ["--message", f"pinguard test base: {message}"]
     argv += [str(tarball), tag]
     _checked(argv, timeout=600)
 

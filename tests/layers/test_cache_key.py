@@ -165,8 +165,10 @@ def test_no_cache_neither_reads_nor_writes(
     common = ["audit", demo, "--fail-on", "never", "--format", "json"]
 
     poisoned, clean, default = tmp_path / "p.json", tmp_path / "c.json", tmp_path / "d.json"
-    assert main([*common, "--cache-dir", str(cache), "-o", str(poisoned)]) == 0
-    assert _packages(poisoned) == 0  # control: the poisoned entries are what a cached run sees
+    # control: the poisoned entries are what a cached run sees (no distribution, so no
+    # Python environment: that fails even at --fail-on never)
+    assert main([*common, "--cache-dir", str(cache), "-o", str(poisoned)]) == 1
+    assert _packages(poisoned) == 0
 
     assert main([*common, "--cache-dir", str(cache), "--no-cache", "-o", str(clean)]) == 0
     assert _packages(clean) == 6  # pip, nccl, cutlass-dsl, torch, numpy, flashinfer

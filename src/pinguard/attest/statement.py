@@ -74,6 +74,7 @@ def build_statement(
     fail_on: Severity | None,
     allow_incomplete: bool,
     now: _dt.datetime,
+    allow_no_python: bool = False,
 ) -> dict[str, Any]:
     """The statement for a judged audit. Raises ``AttestError`` when the image has no
     manifest digest to name (a ``dir:`` tree)."""
@@ -86,15 +87,16 @@ def build_statement(
             f"{result.image.reference!r} has no sha256 manifest digest to attest "
             f"(got {digest!r}); attest an image, not a directory"
         )
-    audit = json_report.to_dict(
-        result, RenderOptions(fail_on=fail_on, allow_incomplete=allow_incomplete)
+    options = RenderOptions(
+        fail_on=fail_on, allow_incomplete=allow_incomplete, allow_no_python=allow_no_python
     )
+    audit = json_report.to_dict(result, options)
     active = [f for f in result.findings if not f.waived]
     counts = {s.value: sum(1 for f in active if f.severity is s) for s in Severity}
     counts["waived"] = sum(1 for f in result.findings if f.waived)
     platform = str(result.image.platform) if result.image.platform else None
     predicate = {
-        "verdict": result.verdict(fail_on, allow_incomplete),
+        "verdict": options.verdict(result),
         "failOn": fail_on.value if fail_on is not None else "never",
         "allowIncomplete": allow_incomplete,
         "incomplete": sorted(

@@ -128,9 +128,17 @@ class Comparison:
             self.b, steps=tuple(steps), findings=self.findings, incomplete=self.incomplete
         )
 
-    def verdict(self, fail_on: Severity | None, allow_incomplete: bool = False) -> str:
-        """``pass`` or ``fail``, as for an audit (what either side could not read fails)."""
-        return self.directional().verdict(fail_on, allow_incomplete)
+    def verdict(
+        self,
+        fail_on: Severity | None,
+        allow_incomplete: bool = False,
+        allow_no_python: bool = False,
+    ) -> str:
+        """``pass`` or ``fail``, as for an audit (what either side could not read fails, and
+        so does a side without any Python environment unless ``allow_no_python``)."""
+        if self.a.no_python and not allow_no_python:
+            return "fail"
+        return self.directional().verdict(fail_on, allow_incomplete, allow_no_python)
 
 
 def _layer_ids(result: AuditResult) -> list[tuple[str, Step]]:
@@ -225,9 +233,14 @@ class PlatformComparison:
     def incomplete(self) -> tuple[Incomplete, ...]:
         return tuple(dict.fromkeys(i for r in self.results for i in r.incomplete))
 
-    def verdict(self, fail_on: Severity | None, allow_incomplete: bool = False) -> str:
+    def verdict(
+        self,
+        fail_on: Severity | None,
+        allow_incomplete: bool = False,
+        allow_no_python: bool = False,
+    ) -> str:
         """``fail`` when any platform fails."""
-        verdicts = {r.verdict(fail_on, allow_incomplete) for r in self.results}
+        verdicts = {r.verdict(fail_on, allow_incomplete, allow_no_python) for r in self.results}
         return "fail" if "fail" in verdicts else "pass"
 
 

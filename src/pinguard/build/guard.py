@@ -6,7 +6,9 @@ with the state the previous guard call recorded in a small JSON file inside the 
 changes with their causes (`pinguard.audit.diff.diff_environments`) and the requirements it newly
 left unmet. The policy judges that result as it judges an image audit, so a downgrade, a
 forbidden version or a broken pin fails the ``RUN`` step that caused it. The first call has
-nothing to compare with: it records the baseline and judges only the state itself (pins,
+nothing to compare with: it records the baseline (which may have no Python environment yet:
+that alone never fails a baseline, while a later call without one does unless
+``allow_no_python``) and judges only the state itself (pins,
 forbidden versions, every unmet requirement, duplicates, collisions). The state file is
 written atomically and, by default, only when the verdict passes, so drift that was let
 through (``|| true``) is reported again by every later guard until it is fixed or accepted
@@ -403,6 +405,7 @@ def run_guard(
     targets: Sequence[str] = (),
     fail_on: Severity | None = Severity.ERROR,
     allow_incomplete: bool = False,
+    allow_no_python: bool = False,
     exclude: Sequence[str] = (),
     update: str = "pass",
     platform: Platform | None = None,
@@ -444,7 +447,9 @@ def run_guard(
     )
     findings = evaluate(result, policy, targets=tuple(targets), today=today)
     result = dataclasses.replace(result, findings=findings)
-    verdict = result.verdict(fail_on, allow_incomplete)
+    # the baseline records what the base image has, which may be no Python environment yet;
+    # a later call without one is a missed environment (or the wrong root) and fails closed
+    verdict = result.verdict(fail_on, allow_incomplete, allow_no_python or previous is None)
     this = GuardStep(index, step_name, verdict)
     record = update == "always" or (update == "pass" and verdict == "pass")
     if record:

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         statement_bytes,
     )
 
-    if not args.policy:
+    if not args.policy or "none" in args.policy:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
     if args.push and not args.reference.startswith(DOCKER):
         raise UsageError(
@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         policies=policy_digests(policy.files),
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
+        allow_no_python=args.allow_no_python,
         now=now,
     )
     envelope = dsse.sign(statement_bytes(statement), key).to_json()

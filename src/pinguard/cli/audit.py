@@ -46,6 +46,7 @@ def render_options(args: argparse.Namespace, watch: tuple[str, ...] = ()) -> Ren
     return RenderOptions(
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
+        allow_no_python=args.allow_no_python,
         dockerfile=getattr(args, "dockerfile", None),
         watch=watch,
     )

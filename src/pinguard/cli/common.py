@@ -138,7 +138,8 @@ def add_policy_options(
     guard: bool = False,
 ) -> None:
     """The policy options: ``--policy``, ``--target``, ``--fail-on`` (default ``fail_on``),
-    ``--allow-incomplete`` (when something can be incomplete) and ``--require-guard``
+    ``--allow-incomplete`` and ``--allow-no-python`` (when something can be incomplete) and
+    ``--require-guard``
     (with ``guard``: for the commands that lint Dockerfiles)."""
     g = p.add_argument_group("policy")
     g.add_argument(
@@ -146,7 +147,8 @@ def add_policy_options(
         action="append",
         default=[],
         metavar="FILE",
-        help="policy file (repeatable; default: pinguard.toml or [tool.pinguard] if found)",
+        help="policy file (repeatable; default: pinguard.toml or [tool.pinguard] if found; "
+        "none: no policy, an inventory)",
     )
     g.add_argument(
         "--target", action="append", default=[], metavar="T", help="build target, e.g. sm_121"
@@ -162,6 +164,12 @@ def add_policy_options(
             "--allow-incomplete",
             action="store_true",
             help="do not fail when something could not be read",
+        )
+        g.add_argument(
+            "--allow-no-python",
+            action="store_true",
+            help="do not fail when the image has no Python environment (a base image audited "
+            "on purpose)",
         )
     if guard:
         g.add_argument(
@@ -279,7 +287,8 @@ def judge(
 
 
 def exit_code(result: AuditResult, args: argparse.Namespace) -> int:
-    return 0 if result.verdict(FAIL_ON[args.fail_on], args.allow_incomplete) == "pass" else 1
+    verdict = result.verdict(FAIL_ON[args.fail_on], args.allow_incomplete, args.allow_no_python)
+    return 0 if verdict == "pass" else 1
 
 
 def stdout_console() -> Console:

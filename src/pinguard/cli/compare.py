@@ -120,4 +120,4 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.output, text)
         else:
             sys.stdout.write(text)
-    return 0 if cmp.verdict(options.fail_on, options.allow_incomplete) == "pass" else 1
+    return 0 if options.verdict(cmp) == "pass" else 1

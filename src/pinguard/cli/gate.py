@@ -69,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     fail_on = FAIL_ON[args.fail_on]
     options = RenderOptions(
-        fail_on=fail_on, allow_incomplete=args.allow_incomplete, title="pinguard gate"
+        fail_on=fail_on,
+        allow_incomplete=args.allow_incomplete,
+        allow_no_python=args.allow_no_python,
+        title="pinguard gate",
     )
     values = build_args(args)
 
@@ -105,10 +108,12 @@ def run(args: argparse.Namespace) -> int:
             sorted((*audit_result.findings, *map(_lint_finding, lint_items)), key=sort_key)
         ),
     )
-    verdict = combined.verdict(fail_on, args.allow_incomplete)
+    verdict = options.verdict(combined)
 
     if args.sarif:
-        doc = sarif.to_dict(audit_result, RenderOptions(dockerfile=args.dockerfile), lint_items)
+        doc = sarif.to_dict(
+            audit_result, dataclasses.replace(options, dockerfile=args.dockerfile), lint_items
+        )
         atomic_write(args.sarif, sarif.dumps(doc))
     if args.junit:
         from pinguard.report import junit

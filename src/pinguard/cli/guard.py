@@ -77,7 +77,13 @@ def _finding_line(f: Finding) -> str:
 
 
 def render_text(
-    result: AuditResult, out: TextIO, *, verdict: str, tail: str, baseline: bool = False
+    result: AuditResult,
+    out: TextIO,
+    *,
+    verdict: str,
+    tail: str,
+    baseline: bool = False,
+    allow_no_python: bool = False,
 ) -> None:
     """Plain lines, one fact per line, for build logs (no colours, no wrapping)."""
     step = result.steps[0]
@@ -110,6 +116,11 @@ def render_text(
             )
         if not result.final.environments:
             print(f"{p}   baseline: no Python environment found", file=out)
+    elif result.no_python:
+        allowed = "allowed by --allow-no-python" if allow_no_python else "fails unless"
+        if not allow_no_python:
+            allowed += " --allow-no-python"
+        print(f"{p}   {result.no_python_message()} ({allowed})", file=out)
     elif not envs:
         print(f"{p}   no Python distribution changed", file=out)
     for item in result.incomplete:
@@ -136,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         targets=args.target,
         fail_on=fail_on,
         allow_incomplete=args.allow_incomplete,
+        allow_no_python=args.allow_no_python,
         exclude=args.exclude,
         update=args.update_state,
     )
@@ -144,7 +156,12 @@ def run(args: argparse.Namespace) -> int:
         from pinguard.report import json as json_report
         from pinguard.report.options import RenderOptions
 
-        options = RenderOptions(fail_on=fail_on, allow_incomplete=args.allow_incomplete)
+        options = RenderOptions(
+            fail_on=fail_on,
+            allow_incomplete=args.allow_incomplete,
+            # as run_guard judged it: a baseline may have no Python environment yet
+            allow_no_python=args.allow_no_python or outcome.baseline,
+        )
         sys.stdout.write(json_report.render(outcome.result, options))
     else:
         state = args.state
@@ -161,7 +178,12 @@ def run(args: argparse.Namespace) -> int:
         if verdict != "pass":
             tail += f" (fails at --fail-on {args.fail_on})"
         render_text(
-            outcome.result, sys.stdout, verdict=verdict, tail=tail, baseline=outcome.baseline
+            outcome.result,
+            sys.stdout,
+            verdict=verdict,
+            tail=tail,
+            baseline=outcome.baseline,
+            allow_no_python=args.allow_no_python,
         )
     sys.stdout.flush()
     return EXIT_PASS if verdict == "pass" else EXIT_FINDINGS

@@ -4,7 +4,8 @@
 platform and the ``--target`` values, drops hits outside the rule's environment scope, gives
 each hit the entry's severity or else the rule's, and marks it waived when an unexpired
 waiver names its rule and one of its packages. Waived findings stay in the output; an
-expired waiver waives nothing and becomes an ``expired-waiver`` error itself. The output is
+expired waiver waives nothing and becomes an ``expired-waiver`` error itself; a policy under
+which no rule could fire adds a ``no-active-rules`` error (`pinguard.policy.active`). The output is
 sorted (errors first, then rule, package, environment, step), so equal inputs give equal
 bytes in every report.
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pinguard.models import AuditResult, Finding, Severity
 from pinguard.policy import native_rules as n
 from pinguard.policy import rules as r
+from pinguard.policy.active import no_active_rules
 from pinguard.policy.model import RULES, Policy, RuleConfig
 
 _Runner = Callable[[r.Facts, Policy, RuleConfig, Mapping[str, str] | None], Iterable[r.Hit]]
@@ -96,6 +98,11 @@ def evaluate(
                     policy_line=w.origin.line,
                 )
             )
+    idle = no_active_rules(
+        facts, policy, (rule for rule, _ in _RUNNERS), digests=file_digests is not None
+    )
+    if idle is not None:
+        findings.append(idle)
     for cfg, hit in _hits(facts, policy, file_digests):
         origin = hit.origin or cfg.origin
         packages = hit.packages or frozenset({hit.package} if hit.package else ())

@@ -50,6 +50,7 @@ from pinguard.policy.model import (
     Waiver,
     default_policy,
     default_rules,
+    inventory_policy,
 )
 
 PYPROJECT_PREFIX: KeyPath = ("tool", "pinguard")
@@ -77,6 +78,8 @@ _COUPLING_KEYS = ("package", "version", "requires", "reason", "link", "severity"
 _NATIVE_PIN_KEYS = ("soname", "version", "consumer", "reason", "link", "severity", *_SCOPE_KEYS)
 _WAIVER_KEYS = ("package", "rule", "reason", "expires", "environments")
 _SEVERITIES = tuple(s.value for s in Severity)
+# ``--policy none``: no policy at all, an inventory (see ``load_run_policy``)
+NO_POLICY = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -645,7 +648,15 @@ def load_run_policy(
     paths: Sequence[str | os.PathLike[str]], start: str | os.PathLike[str] | None = None
 ) -> Policy:
     """The policy of one command: the given ``paths`` in order; without any, the file
-    ``discover(start)`` finds; without one, the built-in default."""
+    ``discover(start)`` finds; without one, the built-in default. ``none`` alone is the
+    inventory policy (nothing judged; a file named ``none`` is ``./none``)."""
+    if [str(p) for p in paths] == [NO_POLICY]:
+        return inventory_policy()
+    if NO_POLICY in (str(p) for p in paths):
+        raise ConfigError(
+            "--policy none (no policy: an inventory) cannot be combined with policy files; "
+            "write ./none for a file named none"
+        )
     if paths:
         return load_policy(*paths)
     found = discover(start)

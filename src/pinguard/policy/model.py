@@ -11,6 +11,7 @@ severities lives here too; ``default_policy()`` is the policy used when no file 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import fnmatch
 from collections.abc import Iterable, Mapping
@@ -147,6 +148,15 @@ RULES: Mapping[str, RuleInfo] = {
             "The library a consumer loads for a soname (or, without a consumer, any provider "
             "of it) states a version outside a [[native-pin]], or states none.",
             Severity.ERROR,
+        ),
+        RuleInfo(
+            "no-active-rules",
+            "Nothing could fire",
+            "Every rule of the policy is off, scoped to platforms, targets, environments or "
+            "Pythons the image does not have, or waiting for entries none of which applies: "
+            "the image was not judged (--policy none is the inventory without a policy).",
+            Severity.ERROR,
+            configurable=False,
         ),
         RuleInfo(
             "expired-waiver",
@@ -349,6 +359,8 @@ class Policy:
     require_guard: bool = False
     files: tuple[str, ...] = field(default=(), compare=False)
     native_pins: tuple[NativePin, ...] = ()
+    # ``--policy none``: an inventory, judged by nothing on purpose (no no-active-rules notice)
+    inventory: bool = False
 
     @property
     def pinned_packages(self) -> tuple[str, ...]:
@@ -366,3 +378,9 @@ class Policy:
 def default_policy() -> Policy:
     """The policy used when no file is given (equal to ``policies/default.toml``)."""
     return Policy()
+
+
+def inventory_policy() -> Policy:
+    """``--policy none``: every rule off, no entries, and no notice that nothing could fire."""
+    rules = tuple(dataclasses.replace(cfg, enabled=False) for cfg in default_rules())
+    return Policy(rules=rules, inventory=True)

@@ -27,7 +27,7 @@ from pinguard.audit.compare import (
     SharedBase,
 )
 from pinguard.models import AuditResult, ChangeKind, Finding, ImageInfo
-from pinguard.report.json import finding_dict, finding_sort_key
+from pinguard.report.json import finding_dict, finding_sort_key, no_python_field
 from pinguard.report.markdown import _cell, _code
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.table import _KIND_STYLE, _SEV_STYLE, _short
@@ -79,7 +79,7 @@ def to_dict(
 ) -> dict[str, Any]:
     """The ``pinguard/compare/v1`` document of a comparison."""
     incomplete = [{"what": i.what, "why": i.why} for i in cmp.incomplete]
-    verdict = cmp.verdict(options.fail_on, options.allow_incomplete)
+    verdict = options.verdict(cmp)
     if isinstance(cmp, PlatformComparison):
         names = [str(p) for p in cmp.platforms]
         return {
@@ -87,7 +87,7 @@ def to_dict(
             "mode": "platforms",
             "reference": cmp.reference,
             "platforms": names,
-            "images": [_image(r.image) for r in cmp.results],
+            "images": [{**_image(r.image), **no_python_field(r, options)} for r in cmp.results],
             "rows": [
                 {
                     "environment": row.environment,
@@ -110,8 +110,8 @@ def to_dict(
     return {
         "schema": COMPARE_SCHEMA_ID,
         "mode": "images",
-        "a": _image(cmp.a.image),
-        "b": _image(cmp.b.image),
+        "a": {**_image(cmp.a.image), **no_python_field(cmp.a, options)},
+        "b": {**_image(cmp.b.image), **no_python_field(cmp.b, options)},
         "shared_base": {
             "layers": base.layers,
             "step_a": base.step_a,
@@ -183,6 +183,25 @@ def _findings_table(console: Console, items: list[tuple[str, Finding]]) -> None:
     console.print(table)
 
 
+def no_python_sides(
+    cmp: Comparison | PlatformComparison, options: RenderOptions
+) -> list[tuple[str, str]]:
+    """(side, status line) for each side without a Python environment: ``A``/``B``, or the
+    platform."""
+    if isinstance(cmp, PlatformComparison):
+        sides = [(str(p), r) for p, r in zip(cmp.platforms, cmp.results, strict=True)]
+    else:
+        sides = [("A", cmp.a), ("B", cmp.b)]
+    return [(side, text) for side, r in sides if (text := options.no_python_text(r)) is not None]
+
+
+def _no_python_lines(
+    console: Console, cmp: Comparison | PlatformComparison, options: RenderOptions
+) -> None:
+    for side, text in no_python_sides(cmp, options):
+        console.print(Text(f"{side}: {text}", style="bold yellow"))
+
+
 def render_table(
     cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> str:
@@ -203,6 +222,7 @@ def draw_table(
         console.print(Text.assemble(("compare platforms of ", "bold"), cmp.reference))
         for p, r in zip(cmp.platforms, cmp.results, strict=True):
             console.print(Text(f"  {p}: {r.image.manifest_digest or ''}", style="dim"))
+        _no_python_lines(console, cmp, options)
         if cmp.rows:
             table = Table(title="versions that differ between platforms", title_justify="left")
             table.add_column("environment", style="dim", overflow="fold")
@@ -230,6 +250,7 @@ def draw_table(
                     style="dim",
                 )
             )
+        _no_python_lines(console, cmp, options)
         console.print(Text(base_text(cmp.base), style="dim"))
         for m in cmp.environments:
             if m.status != "both":
@@ -266,7 +287,7 @@ def draw_table(
         _findings_table(console, [("", f) for f in sorted(cmp.findings, key=finding_sort_key)])
     for item in cmp.incomplete:
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
-    _verdict_line(console, cmp.verdict(options.fail_on, options.allow_incomplete))
+    _verdict_line(console, options.verdict(cmp))
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -276,7 +297,7 @@ def render_markdown(
     cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> str:
     """A pull-request comment: verdict first, then the differing rows, then findings."""
-    verdict = cmp.verdict(options.fail_on, options.allow_incomplete)
+    verdict = options.verdict(cmp)
     mark = ":x:" if verdict == "fail" else ":white_check_mark:"
     lines: list[str]
     if isinstance(cmp, PlatformComparison):
@@ -321,6 +342,8 @@ def render_markdown(
         else:
             lines += ["", "No Python distribution differs between A and B."]
         found = [("", f) for f in cmp.findings if not f.waived]
+    for side, text in no_python_sides(cmp, options):
+        lines += ["", f"**{_cell(side)}: {_cell(text)}**"]
     if found:
         lines += ["", "| Severity | Rule | Package | Step | Message |", "|---|---|---|---|---|"]
         lines += [
@@ -352,7 +375,8 @@ def render_sarif(
 ) -> str:
     from pinguard.report import sarif
 
-    return sarif.render(as_result(cmp), options)
+    doc = sarif.to_dict(as_result(cmp), options, statuses=no_python_sides(cmp, options))
+    return sarif.dumps(doc)
 
 
 def render_junit(
@@ -360,4 +384,4 @@ def render_junit(
 ) -> str:
     from pinguard.report import junit
 
-    return junit.render(as_result(cmp), options)
+    return junit.render(as_result(cmp), options, statuses=no_python_sides(cmp, options))

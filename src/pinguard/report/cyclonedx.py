@@ -82,7 +82,9 @@ def build_bom(facts: SbomFacts) -> Bom:
         hashes=_hashes([("sha256", facts.digest.split(":", 1)[1])])
         if facts.digest and facts.digest.startswith("sha256:")
         else [],
-        properties=_properties((PROPERTY_PREFIX + k, v) for k, v in root_props),
+        properties=_properties(
+            [*((PROPERTY_PREFIX + k, v) for k, v in root_props), *facts.image_properties]
+        ),
     )
     bom.metadata.component = root
     for pkg in facts.python:

@@ -94,6 +94,7 @@ class Side:
     timelines: tuple[Timeline, ...]
     steps: tuple[Column, ...]
     notes: tuple[str, ...] = field(default=())
+    no_python: str = ""  # the status line when the image has no Python environment
 
 
 def _short(command: str, width: int = 80) -> str:
@@ -211,6 +212,8 @@ def _side(
     watch: Iterable[str] = (),
     only: set[tuple[str, str]] | None = None,
     base_step: int | None = None,
+    *,
+    no_python: str | None = None,
 ) -> Side:
     timelines, columns = _timelines(result, key, watch, only, base_step)
     image = result.image
@@ -224,6 +227,7 @@ def _side(
         timelines,
         columns,
         tuple(result.notes),
+        no_python or "",
     )
 
 
@@ -268,8 +272,8 @@ def _page(context: Mapping[str, Any]) -> str:
 def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The HTML report of one audit; ``options.watch`` adds rows (the policy's pins)."""
     fail_on = options.fail_on
-    verdict = result.verdict(fail_on, options.allow_incomplete)
-    side = _side(result, "a", "", verdict, options.watch)
+    verdict = options.verdict(result)
+    side = _side(result, "a", "", verdict, options.watch, no_python=options.no_python_text(result))
     return _page(
         {
             "mode": "audit",
@@ -287,8 +291,8 @@ def render_comparison(
     cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
 ) -> str:
     """The HTML report of a comparison (two images side by side, or one column per platform)."""
-    fail_on, allow_incomplete, watch = options.fail_on, options.allow_incomplete, options.watch
-    verdict = cmp.verdict(fail_on, allow_incomplete)
+    fail_on, watch = options.fail_on, options.watch
+    verdict = options.verdict(cmp)
     incomplete = [(i.what, i.why) for i in cmp.incomplete]
     if isinstance(cmp, PlatformComparison):
         names = [str(p) for p in cmp.platforms]
@@ -296,7 +300,15 @@ def render_comparison(
             (f.environment, f.package) for _, f in cmp.findings if f.package and f.environment
         }
         sides = [
-            _side(r, f"p{i}", names[i], r.verdict(fail_on, allow_incomplete), watch, only)
+            _side(
+                r,
+                f"p{i}",
+                names[i],
+                options.verdict(r),
+                watch,
+                only,
+                no_python=options.no_python_text(r),
+            )
             for i, r in enumerate(cmp.results)
         ]
         rows = [
@@ -342,9 +354,25 @@ def render_comparison(
     ]
     sides = [
         _side(
-            cmp.a, "a", "A", cmp.a.verdict(fail_on, allow_incomplete), watch, only, cmp.base.step_a
+            cmp.a,
+            "a",
+            "A",
+            options.verdict(cmp.a),
+            watch,
+            only,
+            cmp.base.step_a,
+            no_python=options.no_python_text(cmp.a),
         ),
-        _side(cmp.b, "b", "B", verdict, watch, only, cmp.base.step_b),  # B's own steps
+        _side(  # B's own steps
+            cmp.b,
+            "b",
+            "B",
+            verdict,
+            watch,
+            only,
+            cmp.base.step_b,
+            no_python=options.no_python_text(cmp.b),
+        ),
     ]
     return _page(
         {

@@ -208,7 +208,22 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         "findings": [finding_dict(f) for f in sorted(result.findings, key=finding_sort_key)],
         "incomplete": [{"what": i.what, "why": i.why} for i in result.incomplete],
         "notes": list(result.notes),
-        "verdict": result.verdict(options.fail_on, options.allow_incomplete),
+        **no_python_field(result, options),
+        "verdict": options.verdict(result),
+    }
+
+
+def no_python_field(result: AuditResult, options: RenderOptions) -> JsonObject:
+    """``{"no_python_environment": {message, allowed}}`` when ``result`` has no Python
+    environment, else ``{}`` (the key is absent, so documents of other images keep their
+    bytes; schema revision 3)."""
+    if not result.no_python:
+        return {}
+    return {
+        "no_python_environment": {
+            "message": result.no_python_message(),
+            "allowed": options.allow_no_python,
+        }
     }
 
 

@@ -4,7 +4,9 @@ Findings are grouped by rule and package; a group with an unwaived finding at or
 ``fail_on`` is a failure whose text lists every finding of the group, a group whose findings
 are all waived is skipped with the waiver reasons, and the rest pass with their findings in
 ``system-out``. Each thing that could not be read is an errored test case, because a gate
-never passes on it. ``rules`` adds a passing case for each listed rule that found nothing.
+never passes on it; an image without any Python environment is a failing case
+``pinguard.python`` (skipped with ``--allow-no-python``). ``rules`` adds a passing case for
+each listed rule that found nothing.
 The document is built with ``xml.etree`` (so it always parses back) and sorted.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Sequence
 
 from pinguard.models import AuditResult, Finding
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
@@ -39,10 +42,18 @@ def _line(f: Finding) -> str:
     return _clean(f"[{f.severity.value}] {f.message}" + (f" ({where})" if where else "") + waived)
 
 
-def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+def render(
+    result: AuditResult,
+    options: RenderOptions = DEFAULT_OPTIONS,
+    *,
+    statuses: Sequence[tuple[str, str]] | None = None,
+) -> str:
     """The JUnit XML report of ``result.findings`` (``options.fail_on`` None: nothing fails).
 
     The suite is named after ``options.title``; ``options.rules`` get a passing case each.
+    An image without a Python environment is a failing case (skipped with
+    ``--allow-no-python``); ``statuses`` are the (side, line) pairs to report (default:
+    ``result``'s own; a comparison passes both sides').
     """
     fail_on, rules, suite_name = options.fail_on, options.rules, options.title
     groups: dict[tuple[str, str], list[Finding]] = defaultdict(list)
@@ -88,6 +99,20 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
             suite, "testcase", classname="pinguard.incomplete", name=_clean(item.what)
         )
         ET.SubElement(case, "error", type="incomplete", message=_clean(item.why))
+
+    if statuses is None:
+        text = options.no_python_text(result)
+        statuses = [] if text is None else [("", text)]
+    for side, text in statuses:
+        tests += 1
+        name = f"python environments ({side})" if side else "python environments"
+        case = ET.SubElement(suite, "testcase", classname="pinguard.python", name=_clean(name))
+        if options.allow_no_python:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=_clean(text))
+        else:
+            failures += 1
+            ET.SubElement(case, "failure", type="no-python-environment", message=_clean(text))
 
     counts = {
         "tests": str(tests),

@@ -62,9 +62,9 @@ def _count(findings: list[Finding]) -> str:
 
 def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The PR-comment Markdown for ``result`` (findings as already evaluated)."""
-    fail_on, allow_incomplete = options.fail_on, options.allow_incomplete
+    fail_on = options.fail_on
     max_rows, title = options.max_rows, options.title
-    verdict = result.verdict(fail_on, allow_incomplete)
+    verdict = options.verdict(result)
     open_ = [f for f in result.findings if not f.waived]
     waived = [f for f in result.findings if f.waived]
     mark = ":x:" if verdict == "fail" else ":white_check_mark:"
@@ -84,6 +84,9 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
     if any(facts):
         lines.append("")
         lines.append("Image " + ", ".join(f for f in facts if f) + ".")
+    no_python = options.no_python_text(result)
+    if no_python is not None:
+        lines += ["", f"**{_cell(no_python)}**"]
     if open_:
         lines += ["", _HEADER]
         lines += [_row(f) for f in open_[:max_rows]]

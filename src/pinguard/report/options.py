@@ -5,6 +5,8 @@ that the policy has already judged. ``RenderOptions`` gathers everything any for
 need (the verdict's threshold, where SARIF results point, JUnit's extra rules, Markdown's row
 cap, the table's width); a format ignores the fields it has no use for. There is one default
 for each field, shared by all formats (``fail_on`` is ``error`` everywhere, like the CLI).
+``RenderOptions.verdict`` is the one place a renderer gets a verdict from (threshold and
+allowances together), ``no_python_text`` the one wording of the "no Python environment" status.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ if TYPE_CHECKING:
     from pinguard.audit.compare import Comparison, PlatformComparison
 
 
+class Judged(Protocol):
+    """What has a verdict: an ``AuditResult``, a ``Comparison``, a ``PlatformComparison``."""
+
+    def verdict(
+        self, fail_on: Severity | None, allow_incomplete: bool = ..., allow_no_python: bool = ...
+    ) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
     """How to render one report; every format reads only the fields it needs."""
@@ -27,6 +37,8 @@ class RenderOptions:
     fail_on: Severity | None = Severity.ERROR
     # a verdict may pass although something could not be read
     allow_incomplete: bool = False
+    # a verdict may pass although the image has no Python environment (--allow-no-python)
+    allow_no_python: bool = False
     # the report's title: Markdown's heading, JUnit's suite name
     title: str = "pinguard"
     # SARIF: the Dockerfile results point at, its text (read from the path when None), and
@@ -42,6 +54,21 @@ class RenderOptions:
     width: int = 160
     # html: packages the timeline always shows (the policy's pins), besides what changed
     watch: tuple[str, ...] = ()
+
+    def no_python_text(self, result: AuditResult) -> str | None:
+        """The status line of an image without a Python environment (None when it has one):
+        the same words in every format, saying whether the gate fails on it."""
+        if not result.no_python:
+            return None
+        if self.allow_no_python:
+            tail = "allowed by --allow-no-python"
+        else:
+            tail = "the gate fails unless --allow-no-python"
+        return f"{result.no_python_message()} ({tail})"
+
+    def verdict(self, judged: Judged) -> str:
+        """``judged``'s verdict at these options' threshold and allowances."""
+        return judged.verdict(self.fail_on, self.allow_incomplete, self.allow_no_python)
 
 
 DEFAULT_OPTIONS = RenderOptions()

@@ -10,7 +10,9 @@ a Dockerfile and a step-to-line mapping are known
 (`pinguard.build.history.dockerfile_step_lines` builds that mapping by aligning the image
 history with the Dockerfile's last stage), and otherwise at the policy file line that produced
 it. A lint finding points at its command's lines. Things that could not be read become error
-notifications on the invocation, which is then marked unsuccessful. Apart from reading the
+notifications on the invocation, which is then marked unsuccessful; an image without any
+Python environment is a notification ``no-python-environment`` (an error, a note when
+allowed) on an invocation that still succeeded. Apart from reading the
 Dockerfile when only its path is given, the builders are pure functions with sorted,
 deterministic output.
 """
@@ -194,8 +196,11 @@ def _log(
     results: list[Sarif],
     notifications: list[Sarif],
     properties: Sarif | None = None,
+    successful: bool | None = None,
 ) -> Sarif:
-    invocation: Sarif = {"executionSuccessful": not notifications}
+    """One run; ``successful`` defaults to "no notifications"."""
+    ok = not notifications if successful is None else successful
+    invocation: Sarif = {"executionSuccessful": ok}
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
     run: Sarif = {
@@ -220,11 +225,14 @@ def to_dict(
     result: AuditResult,
     options: RenderOptions = DEFAULT_OPTIONS,
     lint: Sequence[LintFinding] | None = None,
+    *,
+    statuses: Sequence[tuple[str, str]] | None = None,
 ) -> Sarif:
     """The SARIF log of ``result`` as plain data (see ``render``).
 
     ``lint`` (even empty) adds the lint rules, and those lint findings, to the same run:
-    the one log of ``pinguard gate``.
+    the one log of ``pinguard gate``. ``statuses`` are the (side, line) pairs of images
+    without a Python environment (default: ``result``'s own; a comparison passes both sides').
     """
     step_lines = _step_lines(result, options)
     rules = policy_rules()
@@ -237,13 +245,26 @@ def to_dict(
         {"level": "error", "message": {"text": f"incomplete: {i.what}: {i.why}"}}
         for i in result.incomplete
     ]
+    successful = not notifications
+    if statuses is None:
+        text = options.no_python_text(result)
+        statuses = [] if text is None else [("", text)]
+    # the run itself succeeded: what it found is that there is nothing to judge
+    notifications += [
+        {
+            "level": "note" if options.allow_no_python else "error",
+            "message": {"text": f"{side}: {text}" if side else text},
+            "descriptor": {"id": "no-python-environment"},
+        }
+        for side, text in statuses
+    ]
     image = result.image
     run_props: Sarif = {"image": image.reference}
     if image.manifest_digest:
         run_props["manifestDigest"] = image.manifest_digest
     if image.platform is not None:
         run_props["platform"] = str(image.platform)
-    return _log("pinguard", rules, results, notifications, run_props)
+    return _log("pinguard", rules, results, notifications, run_props, successful)
 
 
 def lint_to_dict(findings: Sequence[LintFinding], errors: Sequence[tuple[str, str]] = ()) -> Sarif:

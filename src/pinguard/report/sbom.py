@@ -7,7 +7,8 @@ environment with its purl, the RECORD file hashes (as hex), the wheel hash from
 digest, step index and command, and the requirement chain that forced it), and the dependency
 edges from ``Requires-Dist`` resolved to the installed distributions of the same environment;
 one :class:`DebianPackage` per dpkg package with a ``pkg:deb`` purl from the image's
-os-release. Everything is sorted and the document identity (serial number, namespace) is
+os-release; an image without any Python environment says so (``image_properties``).
+Everything is sorted and the document identity (serial number, namespace) is
 derived from the image digest, so the same image gives the same bytes. The renderers in
 :mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map these to the
 libraries' models.
@@ -112,6 +113,13 @@ class SbomFacts:
     os_release: tuple[tuple[str, str], ...]
     roots: tuple[str, ...]  # refs the image depends on directly: requested or unrequired ones
     tool_version: str = __version__
+    no_python: bool = False  # the final state has no Python environment at all
+
+    @property
+    def image_properties(self) -> tuple[tuple[str, str], ...]:
+        """The image's status as ``pinguard:``-prefixed pairs: ``python-environments=none``
+        when no Python environment was found (an explicit status, not an empty list)."""
+        return ((PROPERTY_PREFIX + "python-environments", "none"),) if self.no_python else ()
 
     @property
     def all_refs(self) -> tuple[str, ...]:
@@ -292,4 +300,5 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         debs=debs,
         os_release=final.os_release,
         roots=roots,
+        no_python=result.no_python,
     )

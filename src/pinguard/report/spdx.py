@@ -105,7 +105,10 @@ def build_document(facts: SbomFacts) -> Document:
     )
     packages = [root]
     relationships = [Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, root_id)]
-    annotations: list[Annotation] = []
+    annotations: list[Annotation] = [
+        Annotation(root_id, AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
+        for name, value in facts.image_properties
+    ]
     ids: dict[str, str] = {}
     for pkg in facts.python:
         ids[pkg.ref] = spdx_id("Python", pkg.ref, f"{pkg.dist.name}-{pkg.dist.raw_version}")

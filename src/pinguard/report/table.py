@@ -111,7 +111,11 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
         f"{e.path} (python {e.python or '?'}, {len(e.distributions)} distributions)"
         for e in result.final.environments
     )
-    console.print(Text(f"environments: {env_text or 'none found'}", style="dim"))
+    no_python = options.no_python_text(result)
+    if no_python is not None:
+        console.print(Text(no_python, style="bold yellow"))
+    else:
+        console.print(Text(f"environments: {env_text}", style="dim"))
     if result.findings:
         table = Table(title="findings", title_justify="left")
         for col in ("severity", "rule", "step", "package", "message"):
@@ -127,7 +131,7 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
         console.print(table)
     for item in result.incomplete:
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
-    verdict = result.verdict(options.fail_on, options.allow_incomplete)
+    verdict = options.verdict(result)
     console.print(
         Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red")
     )
