@@ -29,10 +29,11 @@ from pinguard.layers.names import (
     LINK_NUL,
     MORE,
     NUL,
+    MemberNames,
     NameFlag,
     unsafe_rules,
 )
-from pinguard.layers.tar import CAPTURE, SKIP
+from pinguard.layers.tar import CAPTURE, SKIP, normalize
 from pinguard.testing.images import ImageWriter, layer_tar
 from tests.infra.cli import cli
 
@@ -282,6 +283,32 @@ def test_an_ordinary_layer_has_no_flags(tmp_path: Path) -> None:
     code, out = cli("audit", ref, "--no-cache", "--format", "json")
     assert code == 0, out
     assert json.loads(out)["incomplete"] == []
+
+
+def test_the_walk_flags_exactly_what_see_flags() -> None:
+    """The walk's inlined check (``MemberNames.see`` for the usual member) flags the same
+    names as ``see`` itself, for canonical, re-spelled, unsafe and repeated names."""
+    stored: list[tuple[str, bool]] = [
+        ("usr/x", False),
+        ("./usr/x", False),  # the same path again
+        ("usr//y", False),
+        ("usr/y/", True),  # a directory after a file: a clash
+        ("usr/d/", True),
+        ("usr/./d/", True),  # two directories: merged
+        ("usr/../usr/z", False),
+        ("/usr/w", False),
+        ("usr/a\\b", False),
+        ("usr\\..\\c", False),
+        ("usr/e..f", False),
+    ]
+    expected = MemberNames()
+    for name, directory in stored:
+        expected.see(name, normalize(name), directory)
+    entries: list[Entry] = [(n, None if d else b"x", {}) for n, d in stored]
+    tar = _tar(entries)
+    analysis = analyze_stream(io.BytesIO(tar), digest=None, size=None, select=lambda p: SKIP)
+    assert analysis.name_flags == expected.flags()
+    assert {f.rule for f in analysis.name_flags} == {DOTDOT, ABSOLUTE, BACKSLASH, DUPLICATE}
 
 
 def test_flags_are_capped_and_the_rest_counted() -> None:

@@ -109,14 +109,15 @@ def unsafe_rules(name: str) -> list[str]:
 class MemberNames:
     """What one layer's walk has seen: flags for unsafe names, counts for repeated paths.
 
-    Memory: one set entry per distinct path (the walk's own path strings; for 70k members,
-    about 10 MB), plus a count per repeated path; at most ``LIMIT`` unsafe names are kept.
+    Memory: one set entry per distinct path, holding the walk's own path strings (8 MiB of
+    peak RSS for a 1 GB layer of 68,140 members), plus a count per repeated path; at most
+    ``LIMIT`` unsafe names are kept.
     """
 
-    __slots__ = ("_clash", "_counts", "_dirs", "_omitted", "_paths", "_unsafe")
+    __slots__ = ("_clash", "_counts", "_dirs", "_omitted", "_unsafe", "paths")
 
     def __init__(self) -> None:
-        self._paths: set[str] = set()  # every path seen
+        self.paths: set[str] = set()  # every path seen (the walk adds to it itself: ``see``)
         self._dirs: set[str] = set()  # paths first seen as a directory
         self._counts: dict[str, int] = {}  # repeated path -> members with it
         self._clash: set[str] = set()  # repeated paths where not every member is a directory
@@ -125,16 +126,25 @@ class MemberNames:
 
     def see(self, name: str, path: str, directory: bool, link: str | None = None) -> None:
         """One member: its name as stored, the path it was placed at, whether it is a
-        directory, and its link target when a long-name or PAX record gave one."""
+        directory, and its link target when a long-name or PAX record gave one.
+
+        The tar walk inlines the common case instead (a call per member costs about 4% of
+        the header walk): it adds ``path`` to ``paths`` and calls ``note`` only when the set
+        did not grow, for a directory, a link target from a record, or a name that is not
+        ``path`` without its leading '/' or that holds a backslash or a NUL."""
+        paths = self.paths
+        before = len(paths)
+        paths.add(path)
+        self.note(name, path, directory, link, repeated=len(paths) == before)
+
+    def note(self, name: str, path: str, directory: bool, link: str | None, repeated: bool) -> None:
+        """A member already added to ``paths``: check its name, count it if ``repeated``."""
         if "\\" in name or ".." in name or "\0" in name or name[:1] == "/":
             for rule in unsafe_rules(name):
                 self._flag(NameFlag(rule, name, path))
         if link is not None and "\0" in link:
             self._flag(NameFlag(LINK_NUL, name, path))
-        paths = self._paths
-        before = len(paths)
-        paths.add(path)
-        if len(paths) == before:
+        if repeated:
             self._repeat(path, directory)
         elif directory:
             self._dirs.add(path)
