@@ -34,6 +34,7 @@ from pinguard.layers.names import (
     unsafe_rules,
 )
 from pinguard.layers.tar import CAPTURE, SKIP, normalize
+from pinguard.report.formats import FORMATS
 from pinguard.testing.images import ImageWriter, layer_tar
 from tests.infra.cli import cli
 
@@ -162,6 +163,18 @@ def test_unsafe_name_makes_the_audit_incomplete(
     assert report["incomplete"] == [{"what": what, "why": why}]
     assert report["verdict"] == "fail"
     assert cli("audit", ref, "--no-cache", "--allow-incomplete")[0] == 0
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_every_output_format_fails_on_a_flagged_name(tmp_path: Path, fmt: str) -> None:
+    """Exit 1 in every format (0 with --allow-incomplete); the formats that list what could
+    not be read name the layer and step. (The SBOMs list no incomplete entries at all.)"""
+    ref, (digest,) = _layout(tmp_path, [_tar([(DOTDOT_NAME, _metadata("x"), {})])])
+    code, out = cli("audit", ref, "--no-cache", "--format", fmt)
+    assert code == 1
+    if fmt not in ("table", "cyclonedx", "spdx"):
+        assert f"layer {digest} (step 1): member" in out
+    assert cli("audit", ref, "--no-cache", "--format", fmt, "--allow-incomplete")[0] == 0
 
 
 def test_dotdot_and_absolute_metadata_is_placed_inside_the_root(tmp_path: Path) -> None:
