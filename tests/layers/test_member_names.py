@@ -268,6 +268,22 @@ def test_a_directory_twice_is_merged_but_a_directory_and_a_file_clash(tmp_path: 
     ]
 
 
+def test_flags_of_layers_analysed_in_worker_processes_name_their_steps(tmp_path: Path) -> None:
+    """Two flagged layers read by two worker processes: each flag comes back (pickled) and
+    is named with its own layer and step."""
+    ref, digests = _layout(
+        tmp_path,
+        [_tar([("/etc/one", b"1", {})]), _tar([("etc/../etc/two", b"2", {})])],
+    )
+    result = audit_image(ref, options=AuditOptions(jobs=2))
+    assert [i.what for i in result.incomplete] == sorted(  # sorted by what, as reported
+        [
+            f"layer {digests[0]} (step 1): member '/etc/one'",
+            f"layer {digests[1]} (step 2): member 'etc/../etc/two'",
+        ]
+    )
+
+
 def test_the_same_path_in_two_layers_is_not_a_duplicate(tmp_path: Path) -> None:
     """A later layer replacing a file is how images work: only repeats within one layer count."""
     meta = f"{SITE}/v-1.0.dist-info/METADATA"

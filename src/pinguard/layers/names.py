@@ -15,6 +15,7 @@ directories (runtimes merge those; otherwise the later member replaces the earli
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from string import ascii_letters
 
@@ -107,20 +108,19 @@ def unsafe_rules(name: str) -> list[str]:
 
 
 class MemberNames:
-    """What one layer's walk has seen: flags for unsafe names, counts for repeated paths.
+    """What one layer's walk has seen: flags for unsafe names, and every member's path.
 
-    Memory: one set entry per distinct path, holding the walk's own path strings (8 MiB of
-    peak RSS for a 1 GB layer of 68,140 members), plus a count per repeated path; at most
-    ``LIMIT`` unsafe names are kept.
+    Repeats are found once, at the end (``flags``): a C-speed ``set`` over the list of paths
+    tells whether any path repeats, and only then are they counted. Memory: a list entry per
+    member holding the walk's own path strings (8 MiB of peak RSS for a 1 GB layer of
+    68,140 members); at most ``LIMIT`` unsafe names are kept.
     """
 
-    __slots__ = ("_clash", "_counts", "_dirs", "_omitted", "_unsafe", "paths")
+    __slots__ = ("_dirs", "_omitted", "_unsafe", "paths")
 
     def __init__(self) -> None:
-        self.paths: set[str] = set()  # every path seen (the walk adds to it itself: ``see``)
-        self._dirs: set[str] = set()  # paths first seen as a directory
-        self._counts: dict[str, int] = {}  # repeated path -> members with it
-        self._clash: set[str] = set()  # repeated paths where not every member is a directory
+        self.paths: list[str] = []  # every member's path (the walk appends itself: ``see``)
+        self._dirs: list[str] = []  # the paths of directory members
         self._unsafe: list[NameFlag] = []
         self._omitted = 0
 
@@ -129,38 +129,21 @@ class MemberNames:
         directory, and its link target when a long-name or PAX record gave one.
 
         The tar walk inlines the common case instead (a call per member costs about 4% of
-        the header walk): it adds ``path`` to ``paths`` and calls ``note`` only when the set
-        did not grow, for a directory, a link target from a record, or a name that is not
-        ``path`` without its leading '/' or that holds a backslash or a NUL."""
-        paths = self.paths
-        before = len(paths)
-        paths.add(path)
-        self.note(name, path, directory, link, repeated=len(paths) == before)
+        the header walk): it appends ``path`` to ``paths`` and calls ``note`` only for a
+        directory, a link target from a record, or a name that is not ``path`` without its
+        leading '/' or that holds a backslash or a NUL."""
+        self.paths.append(path)
+        self.note(name, path, directory, link)
 
-    def note(self, name: str, path: str, directory: bool, link: str | None, repeated: bool) -> None:
-        """A member already added to ``paths``: check its name, count it if ``repeated``."""
+    def note(self, name: str, path: str, directory: bool, link: str | None) -> None:
+        """A member whose path is already in ``paths``: check its name, keep directories."""
         if "\\" in name or ".." in name or "\0" in name or name[:1] == "/":
             for rule in unsafe_rules(name):
                 self._flag(NameFlag(rule, name, path))
         if link is not None and "\0" in link:
             self._flag(NameFlag(LINK_NUL, name, path))
-        if repeated:
-            self._repeat(path, directory)
-        elif directory:
-            self._dirs.add(path)
-
-    def _repeat(self, path: str, directory: bool) -> None:
-        if path == "/":
-            return  # './' and '/' entries: runtimes skip the root itself
-        count = self._counts.get(path)
-        if count is None:
-            self._counts[path] = 2
-            if not (directory and path in self._dirs):
-                self._clash.add(path)
-        else:
-            self._counts[path] = count + 1
-            if not directory:
-                self._clash.add(path)
+        if directory:
+            self._dirs.append(path)
 
     def _flag(self, flag: NameFlag) -> None:
         if len(self._unsafe) < LIMIT:
@@ -168,13 +151,27 @@ class MemberNames:
         else:
             self._omitted += 1
 
+    def _repeats(self) -> list[NameFlag]:
+        """Paths several members have, unless every one of them is a directory (runtimes
+        merge those) or the path is the root (runtimes skip './' and '/' entries)."""
+        paths = self.paths
+        if len(set(paths)) == len(paths):
+            return []
+        counts = Counter(paths)
+        dirs = Counter(self._dirs)
+        return [
+            NameFlag(DUPLICATE, path, path, n)
+            for path, n in sorted(counts.items())
+            if n > 1 and dirs[path] != n and path != "/"
+        ]
+
     def flags(self) -> list[NameFlag]:
         """Every flag, sorted; beyond ``LIMIT`` of a kind, one ``more`` flag counts the rest."""
         out = list(self._unsafe)
         if self._omitted:
             out.append(NameFlag(MORE, "", "", self._omitted))
-        clashes = sorted(self._clash)
-        out.extend(NameFlag(DUPLICATE, p, p, self._counts[p]) for p in clashes[:LIMIT])
-        if len(clashes) > LIMIT:
-            out.append(NameFlag(MORE, "", "", len(clashes) - LIMIT))
+        repeats = self._repeats()
+        out.extend(repeats[:LIMIT])
+        if len(repeats) > LIMIT:
+            out.append(NameFlag(MORE, "", "", len(repeats) - LIMIT))
         return sorted(out)

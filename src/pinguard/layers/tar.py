@@ -344,18 +344,15 @@ def walk_members(
             long_name = long_link = None
             path = _path(name)
             if names is not None:  # ``MemberNames.see``, inlined for the usual member
-                seen = names.paths
-                before = len(seen)
-                seen.add(path)
+                names.paths.append(path)
                 if (
-                    len(seen) == before
-                    or typeflag == b"5"
+                    typeflag == b"5"
                     or link_b is not None
                     or len(path) != len(name) + 1
                     or "\\" in name
                     or "\0" in name
                 ):
-                    names.note(name, path, typeflag == b"5", link_b, len(seen) == before)
+                    names.note(name, path, typeflag == b"5", link_b)
             if regular:
                 want = select(path) & ~LINK
             elif typeflag in _LINKS and select(path) & LINK:
