@@ -341,17 +341,24 @@ def test_the_walk_flags_exactly_what_see_flags() -> None:
 
 
 def test_flags_are_capped_and_the_rest_counted() -> None:
-    """A layer of thousands of '..' names keeps ``LIMIT`` of them and counts the rest."""
+    """More '..' names, or repeated paths, than ``LIMIT``: that many listed, the rest counted."""
     extra = 7
     tar = _tar([(f"../x{i:05}", b"", {}) for i in range(LIMIT + extra)])
     analysis = analyze_stream(io.BytesIO(tar), digest=None, size=None, select=lambda p: SKIP)
     flags = analysis.name_flags
     assert len(flags) == LIMIT + 1
     assert flags[0] == NameFlag(DOTDOT, "../x00000", "/x00000")
-    assert NameFlag(MORE, "", "", extra) in flags
-    assert NameFlag(MORE, "", "", extra).why() == (
-        f"{extra} more members with unsafe or repeated names (the first {LIMIT} shown)"
+    assert flags[-1] == NameFlag(MORE, "unsafe names", "", extra)
+    assert flags[-1].why() == f"{extra} more unsafe names in this layer (the first 100 are listed)"
+    once: list[Entry] = [(f"etc/f{i:05}", b"", {}) for i in range(LIMIT + extra)]
+    twice = once * 2
+    analysis = analyze_stream(
+        io.BytesIO(_tar(twice)), digest=None, size=None, select=lambda p: SKIP
     )
+    flags = analysis.name_flags
+    assert len(flags) == LIMIT + 1
+    assert flags[0] == NameFlag(DUPLICATE, "/etc/f00000", "/etc/f00000", 2)
+    assert flags[-1] == NameFlag(MORE, "repeated paths", "", extra)
 
 
 # --- the cache -------------------------------------------------------------------------------

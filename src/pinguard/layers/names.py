@@ -36,9 +36,9 @@ LIMIT = 100
 class NameFlag:
     """One unsafe member name, or one path several members of a layer have.
 
-    ``name`` is the name as stored (for ``duplicate``: the normalised path); ``path`` is where
-    the walk placed the member; ``count`` is how many members have the path (``duplicate``)
-    or how many flags were left unlisted (``more``)."""
+    ``name`` is the name as stored (for ``duplicate``: the normalised path; for ``more``: what
+    was left unlisted); ``path`` is where the walk placed the member; ``count`` is how many
+    members have the path (``duplicate``) or how many flags were left unlisted (``more``)."""
 
     rule: str
     name: str
@@ -74,7 +74,7 @@ class NameFlag:
             return f"link target holds a NUL (a PAX linkpath record, which runtimes refuse); {at}"
         if self.rule == DUPLICATE:
             return f"{self.count} members of the layer have this path; a runtime keeps the last"
-        return f"{self.count} more members with unsafe or repeated names (the first {LIMIT} shown)"
+        return f"{self.count} more {self.name} in this layer (the first {LIMIT} are listed)"
 
     def to_json(self) -> list[object]:
         return [self.rule, self.name, self.path, self.count]
@@ -169,9 +169,9 @@ class MemberNames:
         """Every flag, sorted; beyond ``LIMIT`` of a kind, one ``more`` flag counts the rest."""
         out = list(self._unsafe)
         if self._omitted:
-            out.append(NameFlag(MORE, "", "", self._omitted))
+            out.append(NameFlag(MORE, "unsafe names", "", self._omitted))
         repeats = self._repeats()
         out.extend(repeats[:LIMIT])
         if len(repeats) > LIMIT:
-            out.append(NameFlag(MORE, "", "", len(repeats) - LIMIT))
+            out.append(NameFlag(MORE, "repeated paths", "", len(repeats) - LIMIT))
         return sorted(out)
