@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from pinguard.layers.analysis import LayerAnalysis
+from pinguard.layers.names import NameFlag
 
 
 def sample() -> LayerAnalysis:
@@ -20,6 +21,10 @@ def sample() -> LayerAnalysis:
         streamed={"/z/lib.so": {"soname": "lib.so"}, "/a/x.so": {"soname": "x.so"}},
         links={"/usr/lib/libz.so.1": "libz.so.1.3", "/lib": "usr/lib"},
         diff_id="sha256:" + "cd" * 32,
+        name_flags=[
+            NameFlag("duplicate", "/etc/x", "/etc/x", 2),
+            NameFlag("absolute", "/a\0b", "/a\0b"),
+        ],
     )
 
 
@@ -37,6 +42,7 @@ def test_json_shape_is_sorted_and_encodes_text_and_bytes() -> None:
         "streamed": {"/a/x.so": {"soname": "x.so"}, "/z/lib.so": {"soname": "lib.so"}},
         "links": {"/lib": "usr/lib", "/usr/lib/libz.so.1": "libz.so.1.3"},
         "diff_id": "sha256:" + "cd" * 32,
+        "name_flags": [["absolute", "/a\0b", "/a\0b", 1], ["duplicate", "/etc/x", "/etc/x", 2]],
     }
     assert list(sample().to_json()["files"]) == ["/a/bin.so", "/b/METADATA"]  # type: ignore[call-overload]
 
@@ -54,6 +60,7 @@ def test_round_trip_through_json_text() -> None:
     assert back.streamed == original.streamed
     assert back.links == original.links
     assert back.diff_id == original.diff_id
+    assert back.name_flags == sorted(original.name_flags)
     assert back.unreadable == [
         ("/a/b", "cannot read: gone"),
         ("/p/q", "cannot read: Permission denied"),

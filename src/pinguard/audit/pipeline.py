@@ -390,6 +390,9 @@ def build_result(
         analysis = analyses[layer.digest]
         for path, why in analysis.unreadable:
             incomplete.setdefault((path, why), Incomplete(path, why))
+        for flag in analysis.name_flags:  # the layer is not what a conforming writer makes
+            what = f"layer {layer.digest} (step {index}): {flag.subject()}"
+            incomplete.setdefault((what, flag.why()), Incomplete(what, flag.why()))
         snap = state.apply(analysis)
         if snap.native or previous.native:
             loader = LoaderConfig.of(

@@ -3,8 +3,9 @@
 Owns ``LayerAnalysis`` (the unit the per-layer cache stores) and the two ways to make one:
 ``analyze_stream`` joins a raw blob stream to the verifier, the inflater and the tar walk, and
 records whiteouts and opaque whiteouts as the OCI image spec defines them (applying them to a
-state is ``pinguard.audit.state``'s job); ``analyze_directory`` gives the same analysis for a
-tree already on disk, never following a symlink. Nothing here knows about Python packaging:
+state is ``pinguard.audit.state``'s job) and the member names the walk flagged
+(``pinguard.layers.names``); ``analyze_directory`` gives the same analysis for a tree already
+on disk, never following a symlink. Nothing here knows about Python packaging:
 the selector says which paths matter.
 """
 
@@ -22,6 +23,7 @@ from typing import BinaryIO
 from pinguard.errors import BlobVerificationError, LayerError
 from pinguard.layers import blob
 from pinguard.layers.blob import DECOMPRESS_ERRORS, VerifyingReader, inflated_chunks
+from pinguard.layers.names import MemberNames, NameFlag
 from pinguard.layers.tar import (
     CAPTURE,
     HASH,
@@ -62,6 +64,8 @@ class LayerAnalysis:
     # links the selector flagged LINK
     links: dict[str, str] = field(default_factory=dict)
     diff_id: str = ""  # sha256 of the uncompressed tar as read ("" for a directory)
+    # member names the walk flagged: unsafe as stored, or one path stored twice (``names``)
+    name_flags: list[NameFlag] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
@@ -82,6 +86,7 @@ class LayerAnalysis:
             "streamed": dict(sorted(self.streamed.items())),
             "links": dict(sorted(self.links.items())),
             "diff_id": self.diff_id,
+            "name_flags": [f.to_json() for f in sorted(self.name_flags)],
         }
 
     @classmethod
@@ -104,6 +109,7 @@ class LayerAnalysis:
             streamed=dict(data["streamed"]),  # type: ignore[call-overload]
             links=dict(data.get("links", {})),  # type: ignore[call-overload]
             diff_id=str(data.get("diff_id", "")),
+            name_flags=[NameFlag.from_json(f) for f in data["name_flags"]],  # type: ignore[attr-defined]
         )
 
 
@@ -203,15 +209,23 @@ def analyze_stream(
     try:
         result = LayerAnalysis(digest=digest or "")
         counter = [0]
+        names = MemberNames()
         tar_hash = hashlib.new(expected_diff.algorithm if expected_diff else "sha256")
         try:
             guarded = _guarded(inflated_chunks(verifier), limits, lambda: verifier.count, tar_hash)
             src = Chunks(guarded)
             for member in walk_members(
-                src, select, False, counter, open_stream, capture_limit=limits.max_capture
+                src,
+                select,
+                False,
+                counter,
+                open_stream,
+                capture_limit=limits.max_capture,
+                names=names,
             ):
                 _record(result, member)
             src.drain()
+            result.name_flags = names.flags()
             result.members = counter[0]
             result.size = src.total
             result.diff_id = f"{tar_hash.name}:{tar_hash.hexdigest()}"

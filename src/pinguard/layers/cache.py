@@ -26,7 +26,7 @@ from types import ModuleType
 from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerAnalysis
 
-FORMAT = "3"  # the JSON layout of an entry (2: "streamed" results; 3: "content" digest)
+FORMAT = "4"  # the JSON layout of an entry (2: "streamed"; 3: "content" digest; 4: "name_flags")
 
 #: Packages whose every module's source is part of the key: the code that makes an analysis.
 PRODUCERS = ("pinguard.layers", "pinguard.catalog")

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from pinguard.errors import LayerError
 from pinguard.layers.blob import Readable, read_chunks
+from pinguard.layers.names import MemberNames
 
 BLOCK = 512
 
@@ -242,6 +243,7 @@ def walk_members(
     counter: list[int],
     open_stream: StreamOpener | None = None,
     capture_limit: int | None = None,
+    names: MemberNames | None = None,
 ) -> Iterator[Member]:
     """The tar walk. With ``everything`` false only members ``select`` keeps and whiteout
     candidates are yielded (the rest are counted in ``counter[0]`` and passed over).
@@ -250,7 +252,8 @@ def walk_members(
     passes over it; asking for STREAM without an opener is a ``LayerError``. A member
     selected with CAPTURE whose size is above ``capture_limit`` is not captured (memory stays
     bounded): it is yielded with ``oversized`` set, for the caller to report as unread. A
-    negative or unparsable size is a ``LayerError``: the walk never moves backwards."""
+    negative or unparsable size is a ``LayerError``: the walk never moves backwards. Every
+    member's name, passed over or not, is shown to ``names`` (unsafe names, repeated paths)."""
     pending: dict[str, str] = {}
     long_name: str | None = None
     long_link: str | None = None
@@ -316,6 +319,9 @@ def walk_members(
                 and b".wh." not in name_b
             ):
                 # a directory, link or device that cannot be a whiteout: nothing to keep
+                if names is not None:
+                    text = name_b.decode("utf-8", "surrogateescape")
+                    names.see(text, _path(text), typeflag == b"5")
                 end = src.pos + padded
                 if end <= len(src.buf):
                     src.pos = end
@@ -337,6 +343,16 @@ def walk_members(
                 pending = {}
             long_name = long_link = None
             path = _path(name)
+            if names is not None:  # ``MemberNames.see``, inlined for the usual member
+                names.paths.append(path)
+                if (
+                    typeflag == b"5"
+                    or link_b is not None
+                    or len(path) != len(name) + 1
+                    or "\\" in name
+                    or "\0" in name
+                ):
+                    names.note(name, path, typeflag == b"5", link_b)
             if regular:
                 want = select(path) & ~LINK
             elif typeflag in _LINKS and select(path) & LINK:
