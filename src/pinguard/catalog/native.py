@@ -41,6 +41,7 @@ from pinguard.catalog.interface import (
     SnapshotParts,
     StateView,
 )
+from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream
 from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
 
@@ -69,7 +70,6 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
 )
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
 
-_MAX_LINKS = 40  # as the kernel's symlink limit (ELOOP)
 _SO_NAME = re.compile(r"^[^/]+\.so(\.[0-9][0-9A-Za-z_.]*)?$")
 
 
@@ -608,28 +608,8 @@ class FileView:
     links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
 
     def resolve(self, path: str) -> str | None:
-        """``path`` with every symlink in it resolved (None on a loop)."""
-        parts = [p for p in path.split("/") if p]
-        done = "/"
-        hops = 0
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                done = posixpath.dirname(done) or "/"
-                continue
-            if part == ".":
-                continue
-            nxt = posixpath.join(done, part)
-            target = self.links.get(nxt)
-            if target is None:
-                done = nxt
-                continue
-            hops += 1
-            if hops > _MAX_LINKS:
-                return None
-            parts = [p for p in target.split("/") if p] + parts
-            done = "/" if target.startswith("/") else done
-        return done
+        """``path`` with every symlink in it resolved inside the root (None on a loop)."""
+        return resolve(path, self.links)
 
     def real_file(self, path: str) -> str | None:
         """The regular file ``path`` names after symlinks, or None if there is none."""

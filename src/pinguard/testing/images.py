@@ -55,11 +55,15 @@ def layer_tar(
     whiteouts: Iterable[str] = (),
     parents: bool = False,
     mtime: int = MTIME,
+    symlinks: Mapping[str, str] | None = None,
 ) -> bytes:
-    """A PAX layer tar of ``files`` (relative paths) and empty ``whiteouts`` entries, sorted;
-    with ``parents`` each file's directories get their own entries first, as real layers do."""
+    """A PAX layer tar of ``files`` (relative paths), empty ``whiteouts`` entries and
+    ``symlinks`` (path -> target as stored), sorted; with ``parents`` each file's
+    directories get their own entries first, as real layers do."""
     entries: dict[str, bytes] = dict.fromkeys(whiteouts, b"")
     entries.update(files)
+    links = dict(symlinks or {})
+    entries.update(dict.fromkeys(links, b""))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         seen: set[str] = set()
@@ -69,6 +73,15 @@ def layer_tar(
                     tar.addfile(info)
             data = entries[path]
             info = tarfile.TarInfo(path)
+            if path in links:
+                info.type, info.linkname, info.mode, info.mtime = (
+                    tarfile.SYMTYPE,
+                    links[path],
+                    0o777,
+                    mtime,
+                )
+                tar.addfile(info)
+                continue
             info.size = len(data)
             info.mode = 0o644
             info.mtime = mtime
