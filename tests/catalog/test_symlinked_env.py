@@ -12,9 +12,11 @@ import base64
 import hashlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
@@ -22,6 +24,7 @@ from pinguard.cli import main
 from pinguard.layers.links import resolve, resolve_parent
 from pinguard.models import AuditResult, ChangeKind
 from pinguard.testing.images import ImageWriter, layer_tar
+from tests.infra.native import build_so
 
 SITE = "usr/local/lib/python3.11/site-packages"
 OUTSIDE = (
@@ -292,3 +295,46 @@ def test_resolve_parent_keeps_the_last_component() -> None:
     """A member's own name is not followed: it replaces what is there."""
     assert resolve_parent("/a/l", {"/a/l": "/x", "/a": "/b"}) == "/b/l"
     assert resolve_parent("/top", {"/top": "/x"}) == "/top"
+
+
+def test_json_says_the_real_directory_and_validates(tmp_path: Path) -> None:
+    """The JSON report names the environment by the link and adds real_path; it stays valid
+    against the audit schema, and an environment without a link has no real_path."""
+    ref = _layout(
+        tmp_path,
+        ({}, {SITE: "/opt/pkgs"}),
+        (
+            {
+                **_dist("opt/pkgs", "foo", "1.0", FOO),
+                **_dist("opt/venv/lib/python3.11/site-packages", "bar", "2.0", {}),
+            },
+            {},
+        ),
+    )
+    out = tmp_path / "audit.json"
+    assert main(["audit", ref, "--no-cache", "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    schema = Path(__file__).parents[2] / "src/pinguard/schemas/audit-v1.schema.json"
+    jsonschema.validate(doc, json.loads(schema.read_text()))
+    got = [(e["path"], e.get("real_path")) for e in doc["environments"]]
+    assert got == [("/opt/venv/lib/python3.11/site-packages", None), (f"/{SITE}", "/opt/pkgs")]
+    (pkg,) = doc["environments"][1]["packages"]
+    assert pkg["metadata_path"] == f"/{SITE}/foo-1.0.dist-info"
+
+
+def test_native_library_under_the_real_directory_is_owned_by_its_wheel(tmp_path: Path) -> None:
+    """A wheel's shared object in /opt/pkgs (a real gcc build) is owned by the wheel through
+    the link, and the JSON lists it with that environment."""
+    with tempfile.TemporaryDirectory() as tmp:
+        so = build_so(Path(tmp) / "libfoo.so", soname="libfoo.so").read_bytes()
+    ref = _layout(
+        tmp_path,
+        ({}, {SITE: "/opt/pkgs"}),
+        (_dist("opt/pkgs", "foo", "1.0", {"foo/lib/libfoo.so": so}), {}),
+    )
+    out = tmp_path / "audit.json"
+    main(["audit", ref, "--no-cache", "--format", "json", "-o", str(out)])
+    (env,) = json.loads(out.read_text())["environments"]
+    libs = [(x["path"], x["soname"], x["owner"]) for x in env["native_libraries"]]
+    owner = {"kind": "wheel", "name": "foo", "version": "1.0", "environment": f"/{SITE}"}
+    assert libs == [("/opt/pkgs/foo/lib/libfoo.so", "libfoo.so", owner)]

@@ -2,8 +2,11 @@
 
 Owns the OCI layer-application rules for the files pinguard keeps: an opaque whiteout
 hides everything the lower layers had below its directory, a whiteout removes a path and
-everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), and then the
-layer's own files are added. ``State`` keeps the merged files, file digests (when RECORDs are
+everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), then the
+layer's links replace whatever was at their paths, and then its files are added. Every
+member lands where its directory resolves through the links kept so far, inside the root
+(``pinguard.layers.links``), as containerd applies a layer, so a state's paths are real
+paths. ``State`` keeps the merged files, file digests (when RECORDs are
 verified) and analyzers' streamed results, and hands the paths each layer touched to the
 catalog, so only changed metadata is parsed again.
 """

@@ -2,8 +2,12 @@
 
 Owns the dist-info and egg-info formats (METADATA / PKG-INFO through
 ``packaging.metadata``, RECORD, INSTALLER, REQUESTED, direct_url.json, requires.txt) and
-the rules that say where a Python environment is (a ``site-packages`` or
-``dist-packages`` directory) and which Python it belongs to (its path or ``pyvenv.cfg``).
+the rules that say where a Python environment is and which Python it belongs to (its path
+or ``pyvenv.cfg``): metadata is kept wherever it lies, and ``place`` puts each metadata
+directory in a ``site-packages``/``dist-packages`` directory, or in the one a symlink so
+named resolves to (``/usr/local/lib/python3.11/site-packages -> /opt/pkgs``: the environment
+is the link's path, its ``real_path`` the directory), or outside every environment (an
+incomplete, unless it is a vendored copy, an installer cache or a source tree's egg-info).
 Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop: metadata
 that is not UTF-8 (decoded with replacement), a kept header above its cap, a dist-info whose
 directory name and ``Name`` disagree, an egg-info without a ``Version`` (listed with an
