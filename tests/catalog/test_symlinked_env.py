@@ -54,9 +54,15 @@ def _dist(where: str, name: str, version: str, files: dict[str, bytes]) -> dict[
     return out
 
 
-def _layout(tmp_path: Path, *layers: Layer) -> str:
+def _layout(tmp_path: Path, *layers: Layer, hardlinks: dict[str, str] | None = None) -> str:
+    """An OCI layout of ``layers``; ``hardlinks`` go into the last one."""
     writer = ImageWriter(tmp_path / "layout")
-    descs = [writer.layer(layer_tar(files, symlinks=links)) for files, links in layers]
+    descs = [
+        writer.layer(
+            layer_tar(files, symlinks=links, hardlinks=hardlinks if i == len(layers) - 1 else None)
+        )
+        for i, (files, links) in enumerate(layers)
+    ]
     image = writer.image(descs, [{"created_by": f"RUN step {i}"} for i in range(len(layers))])
     index, _ = writer.index([image], tag="t")
     writer.write_layout(index)
@@ -338,3 +344,26 @@ def test_native_library_under_the_real_directory_is_owned_by_its_wheel(tmp_path:
     libs = [(x["path"], x["soname"], x["owner"]) for x in env["native_libraries"]]
     owner = {"kind": "wheel", "name": "foo", "version": "1.0", "environment": f"/{SITE}"}
     assert libs == [("/opt/pkgs/foo/lib/libfoo.so", "libfoo.so", owner)]
+
+
+def test_metadata_hard_linked_from_uv_cache(tmp_path: Path) -> None:
+    """uv links the files of its cache into site-packages: the layer holds METADATA once, in
+    the cache, and the site-packages copy as a hard link to it (or, with
+    ``--link-mode=symlink``, a symlink); the distributions are found, and the cache itself is
+    not an environment."""
+    cache = "root/.cache/uv/archive-v0/Qx1/six-1.16.0.dist-info"
+    info = f"{SITE}/six-1.16.0.dist-info"
+    files = {
+        f"{cache}/METADATA": _metadata("six", "1.16.0"),
+        f"{info}/RECORD": b"six-1.16.0.dist-info/METADATA,,\n",
+        "root/.cache/uv/archive-v0/Zz9/attrs-23.1.0.dist-info/METADATA": _metadata(
+            "attrs", "23.1.0"
+        ),
+    }
+    # uv --link-mode=symlink
+    target = "/root/.cache/uv/archive-v0/Zz9/attrs-23.1.0.dist-info/METADATA"
+    links = {f"{SITE}/attrs-23.1.0.dist-info/METADATA": target}
+    ref = _layout(tmp_path, (files, links), hardlinks={f"{info}/METADATA": f"{cache}/METADATA"})
+    result = audit_image(ref)
+    assert _envs(result) == [(f"/{SITE}", None, "3.11", [("attrs", "23.1.0"), ("six", "1.16.0")])]
+    assert result.incomplete == ()

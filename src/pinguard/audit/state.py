@@ -132,6 +132,17 @@ class State(StateView):
             memo[parent] = real
         return real + base if real == "/" else f"{real}/{base}"
 
+    def _read_through(self, added: Iterable[str], touched: list[str]) -> None:
+        """A new link to a kept file reads as that file at the link's path too: a hard link
+        is the same file, and a program opening a symlink reads its target (uv links the
+        files of its cache, METADATA included, into site-packages)."""
+        files, links = self._files.items, self._links.items
+        for path in added:
+            real = resolve(path, links)
+            if real is not None and real != path and real in files:
+                self._files.add(path, files[real])
+                touched.append(path)
+
     def apply(self, layer: LayerAnalysis) -> Snapshot:
         """Apply one layer and return the snapshot after it.
 
@@ -150,12 +161,14 @@ class State(StateView):
             touched.extend(self._remove_tree(path, keep_root=False))
             touched.append(path)
         memo.clear()
+        added: list[str] = []
         for stored, target in sorted(layer.links.items()):
             path = self._landing(stored, memo)
             touched.extend(self._remove_tree(path, keep_root=False))
             self._links.add(path, target)
             memo.clear()  # a directory link changes where later paths land
             touched.append(path)
+            added.append(path)
         for stored, data in layer.files.items():
             path = self._landing(stored, memo)
             self._files.add(path, data)
@@ -171,5 +184,6 @@ class State(StateView):
             self._streamed.add(path, results)
             self._links.remove_tree(path, keep_root=False)  # a file replaced a link
             touched.append(path)
+        self._read_through(added, touched)
         self.catalog.update(self, touched)
         return self.catalog.snapshot(self)
