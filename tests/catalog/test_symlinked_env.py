@@ -329,21 +329,33 @@ def test_json_says_the_real_directory_and_validates(tmp_path: Path) -> None:
 
 
 def test_native_library_under_the_real_directory_is_owned_by_its_wheel(tmp_path: Path) -> None:
-    """A wheel's shared object in /opt/pkgs (a real gcc build) is owned by the wheel through
-    the link, and the JSON lists it with that environment."""
+    """A wheel's shared objects in /opt/pkgs (real gcc builds; an extension module outside
+    any lib* directory included) are owned by the wheel through the link, and the JSON
+    lists them with that environment."""
     with tempfile.TemporaryDirectory() as tmp:
         so = build_so(Path(tmp) / "libfoo.so", soname="libfoo.so").read_bytes()
     ref = _layout(
         tmp_path,
         ({}, {SITE: "/opt/pkgs"}),
-        (_dist("opt/pkgs", "foo", "1.0", {"foo/lib/libfoo.so": so}), {}),
+        (
+            _dist(
+                "opt/pkgs",
+                "foo",
+                "1.0",
+                {"foo/lib/libfoo.so": so, "foo/_ext.cpython-311-x86_64-linux-gnu.so": so},
+            ),
+            {},
+        ),
     )
     out = tmp_path / "audit.json"
     main(["audit", ref, "--no-cache", "--format", "json", "-o", str(out)])
     (env,) = json.loads(out.read_text())["environments"]
     libs = [(x["path"], x["soname"], x["owner"]) for x in env["native_libraries"]]
     owner = {"kind": "wheel", "name": "foo", "version": "1.0", "environment": f"/{SITE}"}
-    assert libs == [("/opt/pkgs/foo/lib/libfoo.so", "libfoo.so", owner)]
+    assert libs == [
+        ("/opt/pkgs/foo/_ext.cpython-311-x86_64-linux-gnu.so", "libfoo.so", owner),
+        ("/opt/pkgs/foo/lib/libfoo.so", "libfoo.so", owner),
+    ]
 
 
 def test_metadata_hard_linked_from_uv_cache(tmp_path: Path) -> None:

@@ -71,15 +71,17 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
 
 _SO_NAME = re.compile(r"^[^/]+\.so(\.[0-9][0-9A-Za-z_.]*)?$")
+_EXT_TAG = re.compile(r"\.(cpython-\d+[^./]*|abi3)\.so$")  # PEP 3149 / PEP 384 suffixes
 
 
 def wants(path: str) -> bool:
     """Shared objects worth reading: ``lib*.so[.N]`` anywhere, other ``*.so[.N]`` in a
     Python environment or a ``lib*`` directory tree.
 
-    Library names (``lib*``) count wherever they are, since ``ld.so.conf`` and RPATHs may
-    name any directory (not below ``/usr/share``, ``/proc``, ``/sys``, ``/dev``); other shared
-    objects (extension modules such as
+    Library names (``lib*``) and extension modules with an ABI tag (``*.cpython-311-…so``,
+    ``*.abi3.so``: a symlinked site-packages may put them in any directory) count wherever
+    they are, since ``ld.so.conf`` and RPATHs may name any directory (not below
+    ``/usr/share``, ``/proc``, ``/sys``, ``/dev``); other shared objects (extension modules such as
     ``_C.cpython-311-x86_64-linux-gnu.so``) count when a directory on their path is a
     ``site-packages``/``dist-packages`` or starts with ``lib`` (``/usr/lib``, ``/lib64``,
     ``/opt/x/lib``).
@@ -87,7 +89,7 @@ def wants(path: str) -> bool:
     base = path[path.rfind("/") + 1 :]
     if ".so" not in base or not _SO_NAME.match(base):
         return False
-    if base.startswith("lib"):
+    if base.startswith("lib") or _EXT_TAG.search(base):
         return not path.startswith(("/proc/", "/sys/", "/dev/", "/usr/share/"))
     for part in path.split("/")[1:-1]:
         if part.startswith("lib") or part in {"site-packages", "dist-packages"}:

@@ -426,7 +426,7 @@ class PythonAnalyzer(Analyzer):
             return CAPTURE | LINK
         if self.verify_records:
             return HASH | LINK
-        return LINK  # links only: the walk never asks this of a regular file
+        return LINK  # for a symlink or hard link; the walk ignores LINK on a regular file
 
     def session(self) -> PythonSession:
         return PythonSession()
