@@ -103,9 +103,10 @@ class Distribution:
 class Environment:
     """A Python environment: one site-packages or dist-packages directory."""
 
-    path: str
+    path: str  # as a Python sees it (a symlink's path when one leads to the directory)
     python: str | None  # "3.11" or "3.11.2" when known
     distributions: tuple[Distribution, ...] = ()
+    real_path: str | None = None  # the directory the files are in, when not ``path``
 
     def by_name(self) -> dict[NormalizedName, Distribution]:
         """One distribution per name: the first by metadata path, as importlib finds it."""

@@ -175,11 +175,15 @@ def test_memory_bounded_by_caps(libs: dict[str, Path]) -> None:
         ("/usr/lib/x86_64-linux-gnu/libfoo.sox", False),
         ("/srv/app/libfoo.so", True),
         ("/srv/app/_ext.so", False),
+        ("/opt/pkgs/torch/_C.cpython-311-x86_64-linux-gnu.so", True),  # behind a symlink
+        ("/opt/pkgs/cryptography/hazmat/bindings/_rust.abi3.so", True),
+        ("/usr/share/x/_C.cpython-311-x86_64-linux-gnu.so", False),
         ("/proc/1/root/libfoo.so", False),
     ],
 )
 def test_wants(path: str, want: bool) -> None:
-    """Shared objects under lib* directories and Python environments; nothing else."""
+    """Library names and ABI-tagged extension modules anywhere, other shared objects under
+    lib* directories and Python environments; nothing else."""
     assert native.wants(path) is want
 
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from pinguard.audit.state import State
 from pinguard.catalog import AnalyzerOptions, Analyzers, native
+from pinguard.catalog.interface import Analyzer
+from pinguard.catalog.native import NativeAnalyzer
+from pinguard.catalog.registry import ANALYZERS
 from pinguard.layers.analysis import LayerAnalysis, analyze_stream
 from pinguard.layers.tar import LINK, STREAM
 
@@ -30,9 +33,9 @@ def layer(*members: tuple[str, str, bytes | str]) -> bytes:
     return buf.getvalue()
 
 
-def analyze(data: bytes) -> LayerAnalysis:
-    """The layer as an audit analyses it: every registered analyzer."""
-    analyzer = Analyzers.for_options(AnalyzerOptions())
+def analyze(data: bytes, classes: tuple[type[Analyzer], ...] = ANALYZERS) -> LayerAnalysis:
+    """The layer as an audit analyses it: every registered analyzer (or only ``classes``)."""
+    analyzer = Analyzers.for_options(AnalyzerOptions(), classes)
     return analyze_stream(
         io.BytesIO(data),
         digest=None,
@@ -44,16 +47,18 @@ def analyze(data: bytes) -> LayerAnalysis:
 
 
 def test_links_kept_only_when_flagged() -> None:
-    """Library-name and short directory links are kept (as stored); others are not."""
-    got = analyze(
-        layer(
-            ("sym", "lib", "usr/lib"),
-            ("sym", "usr/lib/x86_64-linux-gnu/libnccl.so.2", "libnccl.so.2.28.9"),
-            ("hard", "usr/lib/x86_64-linux-gnu/libz.so.1", "usr/lib/x86_64-linux-gnu/libz.so.1.2"),
-            ("sym", "usr/share/doc/pkg/changelog.gz", "../other/changelog.gz"),
-            ("file", "usr/lib/x86_64-linux-gnu/libz.so.1.2", b"not elf"),
-        )
+    """The native analyzer keeps library-name and short directory links (as stored), not
+    others; the Python analyzer keeps every link (any directory link may lead to an
+    environment)."""
+    tar = layer(
+        ("sym", "lib", "usr/lib"),
+        ("sym", "usr/lib/x86_64-linux-gnu/libnccl.so.2", "libnccl.so.2.28.9"),
+        ("hard", "usr/lib/x86_64-linux-gnu/libz.so.1", "usr/lib/x86_64-linux-gnu/libz.so.1.2"),
+        ("sym", "usr/share/doc/pkg/changelog.gz", "../other/changelog.gz"),
+        ("file", "usr/lib/x86_64-linux-gnu/libz.so.1.2", b"not elf"),
     )
+    assert analyze(tar).links["/usr/share/doc/pkg/changelog.gz"] == "../other/changelog.gz"
+    got = analyze(tar, (NativeAnalyzer,))
     assert got.links == {
         "/lib": "usr/lib",
         "/usr/lib/x86_64-linux-gnu/libnccl.so.2": "libnccl.so.2.28.9",

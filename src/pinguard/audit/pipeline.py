@@ -423,7 +423,7 @@ def build_result(
         snapshots=tuple(snapshots),
         incomplete=tuple(sorted(incomplete.values(), key=lambda i: (i.what, i.why))),
         notes=tuple(resolved.notes) + tuple(notes),
-        file_digests=tuple(sorted(state.hashes.items())),
+        file_digests=tuple(sorted(state.file_digests(previous).items())),
     )
 
 

@@ -2,8 +2,11 @@
 
 Owns the OCI layer-application rules for the files pinguard keeps: an opaque whiteout
 hides everything the lower layers had below its directory, a whiteout removes a path and
-everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), and then the
-layer's own files are added. ``State`` keeps the merged files, file digests (when RECORDs are
+everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), then the
+layer's links replace whatever was at their paths, and then its files are added. Every
+member lands where its directory resolves through the links kept so far, inside the root
+(``pinguard.layers.links``), as containerd applies a layer, so a state's paths are real
+paths. ``State`` keeps the merged files, file digests (when RECORDs are
 verified) and analyzers' streamed results, and hands the paths each layer touched to the
 catalog, so only changed metadata is parsed again.
 """
@@ -16,6 +19,7 @@ from typing import Generic, TypeVar
 
 from pinguard.catalog import AnalyzerOptions, Analyzers, StateView
 from pinguard.layers.analysis import LayerAnalysis
+from pinguard.layers.links import resolve
 from pinguard.models import Snapshot
 
 V = TypeVar("V")
@@ -91,34 +95,95 @@ class State(StateView):
     def links(self) -> dict[str, str]:
         return self._links.items
 
+    def file_digests(self, snapshot: Snapshot) -> dict[str, str]:
+        """The file digests, each also under every RECORD path of ``snapshot`` that reaches
+        the file through links (a RECORD names files as its environment's path sees them)."""
+        hashes = self._hashes.items
+        out = dict(hashes)
+        links = self._links.items
+        if not hashes or not links:
+            return out
+        for env in snapshot.environments:
+            for dist in env.distributions:
+                for path, _ in dist.record:
+                    if path not in out:
+                        real = resolve(path, links)
+                        if real is not None and real in hashes:
+                            out[path] = hashes[real]
+        return out
+
     def _remove_tree(self, path: str, keep_root: bool) -> list[str]:
         self._hashes.remove_tree(path, keep_root)
         self._links.remove_tree(path, keep_root)
         gone = self._streamed.remove_tree(path, keep_root)
         return self._files.remove_tree(path, keep_root) + gone
 
+    def _landing(self, path: str, memo: dict[str, str]) -> str:
+        """Where a member at ``path`` lands: its directory resolved through the links kept so
+        far, inside the root (``pinguard.layers.links``), as containerd applies a layer. On
+        a link loop the path is kept as stored."""
+        links = self._links.items
+        if not links:
+            return path
+        parent, _, base = path.rpartition("/")
+        real = memo.get(parent)
+        if real is None:
+            real = resolve(parent or "/", links) or (parent or "/")
+            memo[parent] = real
+        return real + base if real == "/" else f"{real}/{base}"
+
+    def _read_through(self, added: Iterable[str], touched: list[str]) -> None:
+        """A new link to a kept file reads as that file at the link's path too: a hard link
+        is the same file, and a program opening a symlink reads its target (uv links the
+        files of its cache, METADATA included, into site-packages)."""
+        files, links = self._files.items, self._links.items
+        for path in added:
+            real = resolve(path, links)
+            if real is not None and real != path and real in files:
+                self._files.add(path, files[real])
+                touched.append(path)
+
     def apply(self, layer: LayerAnalysis) -> Snapshot:
-        """Apply one layer and return the snapshot after it."""
+        """Apply one layer and return the snapshot after it.
+
+        Every member lands where its directory resolves through the links already applied
+        (a layer written through ``site-packages -> /opt/pkgs`` lands in ``/opt/pkgs``), and
+        a link replaces whatever the lower layers had at its path, a directory tree
+        included. A layer's links are applied before its files (in path order, so a link
+        inside a linked directory of the same layer lands through it)."""
         touched: list[str] = []
+        memo: dict[str, str] = {}
         for directory in layer.opaque:
-            touched.extend(self._remove_tree(directory, keep_root=True))
-        for path in layer.whiteouts:
+            real = resolve(directory, self._links.items) or directory
+            touched.extend(self._remove_tree(real, keep_root=True))
+        for stored in layer.whiteouts:
+            path = self._landing(stored, memo)
             touched.extend(self._remove_tree(path, keep_root=False))
             touched.append(path)
-        for path, data in layer.files.items():
-            self._files.add(path, data)
+        memo.clear()
+        added: list[str] = []
+        for stored, target in sorted(layer.links.items()):
+            path = self._landing(stored, memo)
+            touched.extend(self._remove_tree(path, keep_root=False))
+            self._links.add(path, target)
+            memo.clear()  # a directory link changes where later paths land
             touched.append(path)
-        for path, digest in layer.hashes.items():
-            self._hashes.add(path, digest)
-        for path, results in layer.streamed.items():
+            added.append(path)
+        for stored, data in layer.files.items():
+            path = self._landing(stored, memo)
+            self._files.add(path, data)
+            if path in self._links.items:
+                self._links.remove_tree(path, keep_root=False)  # a file replaced a link
+            touched.append(path)
+        for stored, digest in layer.hashes.items():
+            self._hashes.add(self._landing(stored, memo), digest)
+        for stored, results in layer.streamed.items():
             if not isinstance(results, Mapping):
-                raise TypeError(f"streamed result for {path!r} is not keyed by analyzer")
+                raise TypeError(f"streamed result for {stored!r} is not keyed by analyzer")
+            path = self._landing(stored, memo)
             self._streamed.add(path, results)
             self._links.remove_tree(path, keep_root=False)  # a file replaced a link
             touched.append(path)
-        for path, target in layer.links.items():
-            self._links.add(path, target)
-            self._streamed.remove_tree(path, keep_root=False)  # a link replaced a file
-            touched.append(path)
+        self._read_through(added, touched)
         self.catalog.update(self, touched)
         return self.catalog.snapshot(self)

@@ -41,6 +41,7 @@ from pinguard.catalog.interface import (
     SnapshotParts,
     StateView,
 )
+from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream
 from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
 
@@ -69,17 +70,18 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
 )
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
 
-_MAX_LINKS = 40  # as the kernel's symlink limit (ELOOP)
 _SO_NAME = re.compile(r"^[^/]+\.so(\.[0-9][0-9A-Za-z_.]*)?$")
+_EXT_TAG = re.compile(r"\.(cpython-\d+[^./]*|abi3)\.so$")  # PEP 3149 / PEP 384 suffixes
 
 
 def wants(path: str) -> bool:
     """Shared objects worth reading: ``lib*.so[.N]`` anywhere, other ``*.so[.N]`` in a
     Python environment or a ``lib*`` directory tree.
 
-    Library names (``lib*``) count wherever they are, since ``ld.so.conf`` and RPATHs may
-    name any directory (not below ``/usr/share``, ``/proc``, ``/sys``, ``/dev``); other shared
-    objects (extension modules such as
+    Library names (``lib*``) and extension modules with an ABI tag (``*.cpython-311-…so``,
+    ``*.abi3.so``: a symlinked site-packages may put them in any directory) count wherever
+    they are, since ``ld.so.conf`` and RPATHs may name any directory (not below
+    ``/usr/share``, ``/proc``, ``/sys``, ``/dev``); other shared objects (extension modules such as
     ``_C.cpython-311-x86_64-linux-gnu.so``) count when a directory on their path is a
     ``site-packages``/``dist-packages`` or starts with ``lib`` (``/usr/lib``, ``/lib64``,
     ``/opt/x/lib``).
@@ -87,7 +89,7 @@ def wants(path: str) -> bool:
     base = path[path.rfind("/") + 1 :]
     if ".so" not in base or not _SO_NAME.match(base):
         return False
-    if base.startswith("lib"):
+    if base.startswith("lib") or _EXT_TAG.search(base):
         return not path.startswith(("/proc/", "/sys/", "/dev/", "/usr/share/"))
     for part in path.split("/")[1:-1]:
         if part.startswith("lib") or part in {"site-packages", "dist-packages"}:
@@ -608,28 +610,8 @@ class FileView:
     links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
 
     def resolve(self, path: str) -> str | None:
-        """``path`` with every symlink in it resolved (None on a loop)."""
-        parts = [p for p in path.split("/") if p]
-        done = "/"
-        hops = 0
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                done = posixpath.dirname(done) or "/"
-                continue
-            if part == ".":
-                continue
-            nxt = posixpath.join(done, part)
-            target = self.links.get(nxt)
-            if target is None:
-                done = nxt
-                continue
-            hops += 1
-            if hops > _MAX_LINKS:
-                return None
-            parts = [p for p in target.split("/") if p] + parts
-            done = "/" if target.startswith("/") else done
-        return done
+        """``path`` with every symlink in it resolved inside the root (None on a loop)."""
+        return resolve(path, self.links)
 
     def real_file(self, path: str) -> str | None:
         """The regular file ``path`` names after symlinks, or None if there is none."""

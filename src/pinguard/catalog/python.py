@@ -2,8 +2,12 @@
 
 Owns the dist-info and egg-info formats (METADATA / PKG-INFO through
 ``packaging.metadata``, RECORD, INSTALLER, REQUESTED, direct_url.json, requires.txt) and
-the rules that say where a Python environment is (a ``site-packages`` or
-``dist-packages`` directory) and which Python it belongs to (its path or ``pyvenv.cfg``).
+the rules that say where a Python environment is and which Python it belongs to (its path
+or ``pyvenv.cfg``): metadata is kept wherever it lies, and ``place`` puts each metadata
+directory in a ``site-packages``/``dist-packages`` directory, or in the one a symlink so
+named resolves to (``/usr/local/lib/python3.11/site-packages -> /opt/pkgs``: the environment
+is the link's path, its ``real_path`` the directory), or outside every environment (an
+incomplete, unless it is a vendored copy, an installer cache or a source tree's egg-info).
 Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop: metadata
 that is not UTF-8 (decoded with replacement), a kept header above its cap, a dist-info whose
 directory name and ``Name`` disagree, an egg-info without a ``Version`` (listed with an
@@ -34,7 +38,8 @@ from pinguard.catalog.interface import (
     SnapshotParts,
     StateView,
 )
-from pinguard.layers.tar import CAPTURE, HASH, SKIP
+from pinguard.layers.links import resolve
+from pinguard.layers.tar import CAPTURE, HASH, LINK
 from pinguard.models import Distribution, Environment, Incomplete
 from pinguard.target import parse_requirement
 
@@ -94,16 +99,89 @@ def _parse_record(env: str, data: bytes) -> list[tuple[str, str]]:
 
 
 def metadata_dir(path: str) -> str | None:
-    """'/…/site-packages/x-1.dist-info/METADATA' -> '/…/site-packages/x-1.dist-info'."""
+    """'/…/x-1.dist-info/METADATA' -> '/…/x-1.dist-info', wherever it is (``place`` says
+    which environment, if any, reaches it)."""
     parent, base = posixpath.split(path)
     pdir = posixpath.basename(parent).lower()
     if pdir.endswith(".dist-info") and base in DIST_INFO_FILES:
-        return parent if posixpath.basename(posixpath.dirname(parent)) in ENV_DIRS else None
+        return parent
     if pdir.endswith(".egg-info") and base in EGG_INFO_FILES:
-        return parent if posixpath.basename(posixpath.dirname(parent)) in ENV_DIRS else None
-    if base.lower().endswith(".egg-info") and pdir in ENV_DIRS:
+        return parent
+    if base.lower().endswith(".egg-info"):
         return path  # a single-file egg-info (PKG-INFO format)
     return None
+
+
+def is_env_dir(path: str) -> bool:
+    """True for a ``site-packages`` or ``dist-packages`` directory path."""
+    return path[path.rfind("/") + 1 :] in ENV_DIRS
+
+
+_UV_ARCHIVE = re.compile(r"^archive-v\d+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a metadata directory (by its real path) belongs in a state.
+
+    ``env`` is the environment as a Python sees it: the real directory when it is itself a
+    ``site-packages``/``dist-packages`` path, else the first (sorted) such symlink that
+    resolves to it; ``real_env`` is the directory the files are in. ``env`` None: no
+    environment reaches it, and ``why`` says whether that is reported (``outside``) or
+    expected (``vendored``, ``cache``, ``egg-info``)."""
+
+    env: str | None
+    real_env: str
+    why: str = ""
+
+    def seen(self, meta: str) -> str:
+        """The metadata directory's path under ``env``."""
+        if self.env is None or self.env == self.real_env:
+            return meta
+        return self.env + meta[len(self.real_env) :]
+
+
+def env_links(links: Mapping[str, str]) -> dict[str, str]:
+    """{real directory: the first symlink named site-packages/dist-packages reaching it}."""
+    out: dict[str, str] = {}
+    for path in sorted(p for p in links if is_env_dir(p)):
+        real = resolve(path, links)
+        if real is not None and real != path and not is_env_dir(real):
+            out.setdefault(real, path)
+    return out
+
+
+def place(meta: str, aliases: Mapping[str, str]) -> Placement:
+    """Which environment reaches the metadata directory ``meta`` (a real path).
+
+    ``aliases`` is ``env_links`` of the state. A directory inside an environment but not
+    directly in it (a package's vendored ``_vendor/x.dist-info``), an installer's cache
+    (a ``.cache`` directory, uv's ``archive-vN`` entries) and an egg-info no environment
+    reaches (setuptools writes one into every source tree it builds) are expected;
+    any other dist-info no environment reaches is ``outside``, reported as incomplete.
+    """
+    real_env = posixpath.dirname(meta)
+    if is_env_dir(real_env):
+        return Placement(real_env, real_env)
+    alias = aliases.get(real_env)
+    if alias is not None:
+        return Placement(alias, real_env)
+    parts = real_env.split("/")
+    for i in range(len(parts) - 1, 1, -1):
+        above = "/".join(parts[:i])
+        if is_env_dir(above) or above in aliases:
+            return Placement(None, real_env, "vendored")
+    if ".cache" in parts or _UV_ARCHIVE.match(parts[-2] if len(parts) > 1 else ""):
+        return Placement(None, real_env, "cache")
+    if _is_egg(meta):
+        return Placement(None, real_env, "egg-info")
+    return Placement(None, real_env, "outside")
+
+
+OUTSIDE = (
+    "distribution metadata in a directory no Python environment reaches (neither a "
+    "site-packages/dist-packages path nor a symlink named so resolves to it); not audited"
+)
 
 
 def _is_egg(meta_dir: str) -> bool:
@@ -146,7 +224,8 @@ def is_python_marker(path: str) -> bool:
 
 
 def wants(path: str) -> bool:
-    """True for every file the Python analyzer reads."""
+    """True for every file the Python analyzer reads: metadata wherever it is (a symlink
+    may make any directory an environment, in this layer or a later one)."""
     base = posixpath.basename(path)
     if base == "pyvenv.cfg":
         return True
@@ -155,17 +234,18 @@ def wants(path: str) -> bool:
     return metadata_dir(path) is not None
 
 
-def in_environment(path: str) -> bool:
-    """True for any file below a site-packages/dist-packages directory (RECORD checks)."""
-    return "/site-packages/" in path or "/dist-packages/" in path
-
-
-def python_of(env: str, files: Mapping[str, bytes], markers: Mapping[str, str]) -> str | None:
+def python_of(
+    env: str,
+    files: Mapping[str, bytes],
+    markers: Mapping[str, str],
+    links: Mapping[str, str] | None = None,
+) -> str | None:
     """The Python version of an environment: pyvenv.cfg, else its path, else the system's."""
     if env.endswith("/site-packages") or env.endswith("/dist-packages"):
         lib = posixpath.dirname(env)  # …/lib/python3.11 or …/lib/python3
         root = posixpath.dirname(posixpath.dirname(lib))
-        cfg = files.get(posixpath.join(root, "pyvenv.cfg"))
+        cfg_path = posixpath.join(root, "pyvenv.cfg")
+        cfg = files.get(resolve(cfg_path, links) or cfg_path if links else cfg_path)
         if cfg is not None:
             for line in cfg.decode("utf-8", "replace").splitlines():
                 key, _, value = line.partition("=")
@@ -327,8 +407,10 @@ _BASENAMES = frozenset({*DIST_INFO_FILES, *EGG_INFO_FILES, "pyvenv.cfg", "os.py"
 
 @dataclass(frozen=True, slots=True)
 class PythonAnalyzer(Analyzer):
-    """dist-info and egg-info metadata, interpreters' ``os.py`` and ``pyvenv.cfg``; with
-    ``verify_records`` also the digest of every file inside an environment."""
+    """dist-info and egg-info metadata wherever it is, interpreters' ``os.py`` and
+    ``pyvenv.cfg``, every symlink (any directory link may put an environment on a path);
+    with ``verify_records`` also the digest of every regular file, since a RECORD's files
+    may be in any directory a link makes part of an environment."""
 
     name = "python"
     version = VERSION
@@ -341,21 +423,39 @@ class PythonAnalyzer(Analyzer):
     def wants(self, path: str) -> int:
         base = path[path.rfind("/") + 1 :]
         if (base in _BASENAMES or base[-9:].lower() == ".egg-info") and wants(path):
-            return CAPTURE
-        if self.verify_records and in_environment(path):
-            return HASH
-        return SKIP
+            return CAPTURE | LINK
+        if self.verify_records:
+            return HASH | LINK
+        return LINK  # for a symlink or hard link; the walk ignores LINK on a regular file
 
     def session(self) -> PythonSession:
         return PythonSession()
 
 
+_META_NAMES = (*DIST_INFO_FILES, *EGG_INFO_FILES)
+
+
+def _seen_files(meta: str, seen: str, files: Mapping[str, bytes]) -> Mapping[str, bytes]:
+    """The metadata files of the real directory ``meta`` under the path ``seen``."""
+    if seen == meta:
+        return files
+    out = {
+        f"{seen}/{name}": files[f"{meta}/{name}"]
+        for name in _META_NAMES
+        if f"{meta}/{name}" in files
+    }
+    if meta in files:
+        out[seen] = files[meta]
+    return out
+
+
 class PythonSession(AnalyzerSession):
     """Parsed distributions of a state; only the metadata directories a layer touched are
-    parsed again."""
+    parsed again (or whose environment path changed with the links)."""
 
     def __init__(self) -> None:
-        self._dists: dict[str, tuple[Distribution | None, tuple[Incomplete, ...]]] = {}
+        # real metadata dir -> {path as an environment sees it: parsed}
+        self._dists: dict[str, dict[str, tuple[Distribution | None, tuple[Incomplete, ...]]]] = {}
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         files = state.files
@@ -369,29 +469,46 @@ class PythonSession(AnalyzerSession):
                 prefix = path.rstrip("/") + "/"
                 dirs.update(d for d in self._dists if d.startswith(prefix) or d == path)
         for meta in dirs:
-            present = meta in files or any(
-                f"{meta}/{name}" in files for name in (*DIST_INFO_FILES, *EGG_INFO_FILES)
-            )
-            if not present:
+            present = meta in files or any(f"{meta}/{name}" in files for name in _META_NAMES)
+            if present:
+                self._dists[meta] = {}  # parsed again, under its current environment path
+            else:
                 self._dists.pop(meta, None)
-                continue
-            dist, problems = parse_distribution(meta, files)
-            self._dists[meta] = (dist, tuple(problems))
+
+    def _parsed(
+        self, meta: str, seen: str, files: Mapping[str, bytes]
+    ) -> tuple[Distribution | None, tuple[Incomplete, ...]]:
+        cached = self._dists[meta]
+        hit = cached.get(seen)
+        if hit is None:  # not parsed yet, or a link moved it to another environment path
+            dist, problems = parse_distribution(seen, _seen_files(meta, seen, files))
+            cached.clear()
+            hit = cached[seen] = (dist, tuple(problems))
+        return hit
 
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
-        files = state.files
+        files, links = state.files, state.links
         markers = python_markers(files)
+        aliases = env_links(links)
         by_env: dict[str, list[Distribution]] = {}
+        real_of: dict[str, str] = {}
         for meta in sorted(self._dists):
-            dist, problems = self._dists[meta]
+            where = place(meta, aliases)
+            if where.env is None:
+                if where.why == "outside":
+                    parts.incomplete.append(Incomplete(meta, OUTSIDE))
+                continue
+            dist, problems = self._parsed(meta, where.seen(meta), files)
             parts.incomplete.extend(problems)
             if dist is not None:
-                by_env.setdefault(posixpath.dirname(meta), []).append(dist)
+                by_env.setdefault(where.env, []).append(dist)
+                real_of[where.env] = where.real_env
         parts.environments.extend(
             Environment(
                 path=env,
-                python=python_of(env, files, markers),
+                python=python_of(env, files, markers, links),
                 distributions=tuple(sorted(dists, key=lambda d: (d.name, d.metadata_path))),
+                real_path=real_of[env] if real_of[env] != env else None,
             )
             for env, dists in sorted(by_env.items())
         )

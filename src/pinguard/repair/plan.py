@@ -206,6 +206,7 @@ def plan_install(
         path=env.path,
         python=env.python,
         distributions=tuple(sorted([*kept, *added], key=lambda d: d.name)),
+        real_path=env.real_path,
     )
     from pinguard.audit.diff import diff_environments
 

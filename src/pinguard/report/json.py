@@ -155,7 +155,7 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         if native is not None:
             out["native"] = native
         previous = snap
-    envs_paths = [env.path for env in result.final.environments]
+    envs_paths = [p for env in result.final.environments for p in (env.path, env.real_path) if p]
     environments: list[JsonObject] = [
         {
             "path": env.path,
@@ -177,7 +177,14 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         for env in result.final.environments
     ]
     for env_out, env in zip(environments, result.final.environments, strict=True):
-        libs = [native_library_dict(x) for x in result.final.native if _in_env(x.path, env.path)]
+        if env.real_path is not None:
+            env_out["real_path"] = env.real_path
+        dirs = [p for p in (env.path, env.real_path) if p]
+        libs = [
+            native_library_dict(x)
+            for x in result.final.native
+            if any(_in_env(x.path, d) for d in dirs)
+        ]
         if libs:
             env_out["native_libraries"] = libs
     system = [

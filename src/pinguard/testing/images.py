@@ -55,11 +55,18 @@ def layer_tar(
     whiteouts: Iterable[str] = (),
     parents: bool = False,
     mtime: int = MTIME,
+    symlinks: Mapping[str, str] | None = None,
+    hardlinks: Mapping[str, str] | None = None,
 ) -> bytes:
-    """A PAX layer tar of ``files`` (relative paths) and empty ``whiteouts`` entries, sorted;
-    with ``parents`` each file's directories get their own entries first, as real layers do."""
+    """A PAX layer tar of ``files`` (relative paths), empty ``whiteouts`` entries,
+    ``symlinks`` (path -> target as stored) and ``hardlinks`` (path -> an earlier member),
+    sorted; with ``parents`` each file's directories get their own entries first, as real
+    layers do."""
     entries: dict[str, bytes] = dict.fromkeys(whiteouts, b"")
     entries.update(files)
+    links = dict(symlinks or {})
+    hard = dict(hardlinks or {})
+    entries.update(dict.fromkeys([*links, *hard], b""))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         seen: set[str] = set()
@@ -69,6 +76,12 @@ def layer_tar(
                     tar.addfile(info)
             data = entries[path]
             info = tarfile.TarInfo(path)
+            if path in links or path in hard:
+                info.type = tarfile.SYMTYPE if path in links else tarfile.LNKTYPE
+                info.linkname = links[path] if path in links else hard[path]
+                info.mode, info.mtime = (0o777 if path in links else 0o644), mtime
+                tar.addfile(info)
+                continue
             info.size = len(data)
             info.mode = 0o644
             info.mtime = mtime

@@ -1,0 +1,111 @@
+"""A real build whose site-packages is a symlink: buildah, Debian's pip, a local index.
+
+The Containerfile replaces pip's ``/usr/local/lib/python3.11/dist-packages`` with a relative
+symlink to ``/opt/pkgs`` and then ``pip install``s a wheel, so the layer holds only
+``/opt/pkgs/...``; it also makes a venv (``python3 -m venv`` creates ``lib64 -> lib``) and
+installs another wheel into it. Expected names, versions and paths are written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from pinguard.cli import main
+from tests.conftest import skopeo_copy
+from tests.infra.build import build_image, remove_image
+from tests.infra.index import serve_index
+from tests.infra.wheels import WheelSpec, build_wheel
+
+pytestmark = pytest.mark.integration
+
+TAG = "localhost/pinguard-test/symlinked-site:latest"
+PIP_DIR = "/usr/local/lib/python3.11/dist-packages"
+VENV_SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+def _dockerfile(base: str) -> str:
+    return (
+        f"FROM {base}\n"
+        "ARG INDEX_URL\n"
+        f"RUN mkdir -p /opt/pkgs && rm -rf {PIP_DIR} && ln -s ../../../../opt/pkgs {PIP_DIR}\n"
+        "RUN pip install --index-url $INDEX_URL symdemo==1.2.3\n"
+        "RUN python3 -m venv /opt/venv && test -L /opt/venv/lib64 && "
+        "/opt/venv/bin/pip install --index-url $INDEX_URL venvdemo==0.4.0\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def image_ref(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The built image, exported as an OCI layout; ``oci:DIR:latest``."""
+    work = tmp_path_factory.mktemp("symlinked-site")
+    wheels = work / "wheels"
+    for spec in (WheelSpec("symdemo", "1.2.3"), WheelSpec("venvdemo", "0.4.0")):
+        build_wheel(spec, wheels)
+    with serve_index(wheels) as index:
+        build_image(
+            work / "context", _dockerfile(base_image), TAG, {"INDEX_URL": index.url}
+        ).check()
+    layout = work / "oci"
+    try:
+        skopeo_copy(
+            f"containers-storage:{TAG}",
+            f"oci:{layout}:latest",
+            "--dest-oci-accept-uncompressed-layers",
+        )
+    finally:
+        remove_image(TAG)
+    return f"oci:{layout}:latest"
+
+
+def _layer_members(ref: str) -> list[set[str]]:
+    """Member names of each layer of the (uncompressed) OCI layout, read with tarfile."""
+    layout = Path(ref.removeprefix("oci:").rsplit(":", 1)[0])
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads((blobs / index["manifests"][0]["digest"][7:]).read_text())
+    out = []
+    for layer in manifest["layers"]:
+        with tarfile.open(blobs / layer["digest"][7:]) as tar:
+            out.append({m.name.removeprefix("./") for m in tar.getmembers()})
+    return out
+
+
+def test_the_build_writes_through_the_link(image_ref: str) -> None:
+    """The premise, checked with tarfile: pip's layer names only /opt/pkgs/..., not the
+    dist-packages path; an earlier layer holds the link."""
+    layers = _layer_members(image_ref)
+    meta = "opt/pkgs/symdemo-1.2.3.dist-info/METADATA"
+    (pip_layer,) = [names for names in layers if meta in names]
+    assert not any("dist-packages/symdemo" in name for name in pip_layer)
+    assert any(PIP_DIR.lstrip("/") in names for names in layers[: layers.index(pip_layer)])
+
+
+def test_pip_install_through_a_symlinked_site_packages(image_ref: str, tmp_path: Path) -> None:
+    """symdemo is found in the environment the link names, at the version pip installed;
+    the venv is one environment despite lib64; nothing is incomplete and RECORDs verify."""
+    out = tmp_path / "audit.json"
+    code = main(
+        ["audit", image_ref, "--no-cache", "--verify-records", "--format", "json", "-o", str(out)]
+    )
+    doc = json.loads(out.read_text())
+    envs = {e["path"]: e for e in doc["environments"]}
+    assert envs[PIP_DIR]["real_path"] == "/opt/pkgs"
+    assert envs[PIP_DIR]["python"] == "3.11"
+    assert [(p["name"], p["version"]) for p in envs[PIP_DIR]["packages"]] == [("symdemo", "1.2.3")]
+    assert "real_path" not in envs[VENV_SITE]
+    assert ("venvdemo", "0.4.0") in [(p["name"], p["version"]) for p in envs[VENV_SITE]["packages"]]
+    assert [p for p in envs if p.startswith("/opt/")] == [VENV_SITE]
+    assert doc["incomplete"] == []
+    assert [f for f in doc["findings"] if f["rule"] == "record-mismatch"] == []
+    added = [
+        (c["name"], c["environment"])
+        for step in doc["steps"]
+        for c in step["changes"]
+        if c["kind"] == "added" and c["name"] in {"symdemo", "venvdemo"}
+    ]
+    assert added == [("symdemo", PIP_DIR), ("venvdemo", VENV_SITE)]
+    assert code == 0
