@@ -190,6 +190,34 @@ def test_link_replacing_a_directory_hides_what_was_in_it(tmp_path: Path) -> None
     assert kinds == [("added", "new"), ("removed", "old")]
 
 
+def test_directory_replacing_a_link_leaves_the_target_alone(tmp_path: Path) -> None:
+    """``rm L && mkdir L``: overlayfs marks the new directory opaque, so the layer holds
+    ``L/.wh..wh..opq``; the link goes, the new files land in the directory, and what was
+    written through the link stays in its target, which nothing reaches any more."""
+    result = _audit(
+        tmp_path,
+        ({}, {SITE: "/opt/pkgs"}),
+        (_dist("opt/pkgs", "old", "1.0", {}), {}),
+        ({f"{SITE}/.wh..wh..opq": b"", **_dist(SITE, "new", "2.0", {})}, {}),
+    )
+    assert _envs(result) == [(f"/{SITE}", None, "3.11", [("new", "2.0")])]
+    kinds = sorted((c.kind.value, c.name) for c in result.steps[2].changes)
+    assert kinds == [("added", "new"), ("removed", "old")]
+    assert _why(result) == {"/opt/pkgs/old-1.0.dist-info": OUTSIDE}
+
+
+def test_opaque_directory_below_a_link_lands_through_it(tmp_path: Path) -> None:
+    """An opaque marker inside a linked directory clears the real directory's contents."""
+    result = _audit(
+        tmp_path,
+        ({}, {SITE: "/opt/pkgs"}),
+        (_dist("opt/pkgs/sub", "old", "1.0", {}) | _dist("opt/pkgs", "kept", "1.0", {}), {}),
+        ({f"{SITE}/sub/.wh..wh..opq": b""}, {}),
+    )
+    assert _envs(result) == [(f"/{SITE}", "/opt/pkgs", "3.11", [("kept", "1.0")])]
+    assert _why(result) == {}
+
+
 def test_link_loop_is_bounded(tmp_path: Path) -> None:
     """A site-packages link into a loop reaches nothing; the audit ends at once."""
     started = time.monotonic()

@@ -3,7 +3,10 @@
 The Containerfile replaces pip's ``/usr/local/lib/python3.11/dist-packages`` with a relative
 symlink to ``/opt/pkgs`` and then ``pip install``s a wheel, so the layer holds only
 ``/opt/pkgs/...``; it also makes a venv (``python3 -m venv`` creates ``lib64 -> lib``) and
-installs another wheel into it. Expected names, versions and paths are written by hand.
+installs another wheel into it. A second build turns the link back into a directory
+(``rm`` the link, ``mkdir``, pip install): the layer holds an opaque marker there, the link
+goes and the new directory is the environment. Expected names, versions and paths are
+written by hand.
 """
 
 from __future__ import annotations
@@ -38,26 +41,34 @@ def _dockerfile(base: str) -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def image_ref(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The built image, exported as an OCI layout; ``oci:DIR:latest``."""
-    work = tmp_path_factory.mktemp("symlinked-site")
-    wheels = work / "wheels"
-    for spec in (WheelSpec("symdemo", "1.2.3"), WheelSpec("venvdemo", "0.4.0")):
-        build_wheel(spec, wheels)
-    with serve_index(wheels) as index:
-        build_image(
-            work / "context", _dockerfile(base_image), TAG, {"INDEX_URL": index.url}
-        ).check()
+def _build_layout(work: Path, dockerfile: str, tag: str, wheels: tuple[WheelSpec, ...]) -> Path:
+    """Build ``dockerfile`` with buildah against a local index of ``wheels``; the image
+    exported as an uncompressed OCI layout (tag ``latest``)."""
+    for spec in wheels:
+        build_wheel(spec, work / "wheels")
+    with serve_index(work / "wheels") as index:
+        build_image(work / "context", dockerfile, tag, {"INDEX_URL": index.url}).check()
     layout = work / "oci"
     try:
         skopeo_copy(
-            f"containers-storage:{TAG}",
+            f"containers-storage:{tag}",
             f"oci:{layout}:latest",
             "--dest-oci-accept-uncompressed-layers",
         )
     finally:
-        remove_image(TAG)
+        remove_image(tag)
+    return layout
+
+
+@pytest.fixture(scope="module")
+def image_ref(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The built image, exported as an OCI layout; ``oci:DIR:latest``."""
+    layout = _build_layout(
+        tmp_path_factory.mktemp("symlinked-site"),
+        _dockerfile(base_image),
+        TAG,
+        (WheelSpec("symdemo", "1.2.3"), WheelSpec("venvdemo", "0.4.0")),
+    )
     return f"oci:{layout}:latest"
 
 
@@ -109,3 +120,70 @@ def test_pip_install_through_a_symlinked_site_packages(image_ref: str, tmp_path:
     ]
     assert added == [("symdemo", PIP_DIR), ("venvdemo", VENV_SITE)]
     assert code == 0
+
+
+# --- the link turned back into a directory -----------------------------------------------
+
+RELINK_TAG = "localhost/pinguard-test/relinked-site:latest"
+
+
+def _relink_dockerfile(base: str) -> str:
+    return (
+        f"FROM {base}\n"
+        "ARG INDEX_URL\n"
+        f"RUN mkdir -p /opt/pkgs && rm -rf {PIP_DIR} && ln -s /opt/pkgs {PIP_DIR} && "
+        "pip install --index-url $INDEX_URL symdemo==1.2.3\n"
+        f"RUN rm {PIP_DIR} && mkdir {PIP_DIR} && "
+        "pip install --index-url $INDEX_URL dirdemo==2.0.0\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def relinked(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Step 1 links dist-packages to /opt/pkgs and pip installs symdemo through it; step 2
+    runs ``rm`` on the link, ``mkdir`` in its place and pip installs dirdemo."""
+    return _build_layout(
+        tmp_path_factory.mktemp("relinked-site"),
+        _relink_dockerfile(base_image),
+        RELINK_TAG,
+        (WheelSpec("symdemo", "1.2.3"), WheelSpec("dirdemo", "2.0.0")),
+    )
+
+
+def _last_layer_members(layout: Path) -> dict[str, str]:
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads((blobs / index["manifests"][0]["digest"][7:]).read_text())
+    with tarfile.open(blobs / manifest["layers"][-1]["digest"][7:]) as tar:
+        return {m.name.removeprefix("./").rstrip("/"): m.type.decode() for m in tar.getmembers()}
+
+
+def test_the_step_layer_replaces_the_link_with_a_directory(relinked: Path) -> None:
+    """The premise, read with tarfile: the step's layer holds the directory, its opaque
+    marker and dirdemo's metadata under the old link's path."""
+    members = _last_layer_members(relinked)
+    assert members[PIP_DIR.lstrip("/") + "/.wh..wh..opq"] == tarfile.REGTYPE.decode()
+    assert members[PIP_DIR.lstrip("/")] == tarfile.DIRTYPE.decode()
+    assert PIP_DIR.lstrip("/") + "/dirdemo-2.0.0.dist-info/METADATA" in members
+
+
+def test_a_directory_that_replaced_the_link_is_the_environment(
+    relinked: Path, tmp_path: Path
+) -> None:
+    """dirdemo is in the new directory (no real_path: no link leads there); symdemo, left in
+    /opt/pkgs, is removed from the environment and reported as reached by nothing."""
+    out = tmp_path / "audit.json"
+    code = main(
+        ["audit", f"oci:{relinked}:latest", "--no-cache", "--format", "json", "-o", str(out)]
+    )
+    doc = json.loads(out.read_text())
+    envs = {e["path"]: e for e in doc["environments"]}
+    assert "real_path" not in envs[PIP_DIR]
+    assert [(p["name"], p["version"]) for p in envs[PIP_DIR]["packages"]] == [("dirdemo", "2.0.0")]
+    assert [i["what"] for i in doc["incomplete"]] == ["/opt/pkgs/symdemo-1.2.3.dist-info"]
+    last = doc["steps"][-1]["changes"]
+    assert sorted((c["kind"], c["name"]) for c in last if c["environment"] == PIP_DIR) == [
+        ("added", "dirdemo"),
+        ("removed", "symdemo"),
+    ]
+    assert code == 1  # symdemo's metadata is left where nothing reaches it

@@ -1,7 +1,8 @@
 """Replaying layer analyses into the state after each build step.
 
 Owns the OCI layer-application rules for the files pinguard keeps: an opaque whiteout
-hides everything the lower layers had below its directory, a whiteout removes a path and
+hides everything the lower layers had below its directory (and replaces a link at its path:
+the layer made a directory there), a whiteout removes a path and
 everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), then the
 layer's links replace whatever was at their paths, and then its files are added. Every
 member lands where its directory resolves through the links kept so far, inside the root
@@ -153,9 +154,18 @@ class State(StateView):
         inside a linked directory of the same layer lands through it)."""
         touched: list[str] = []
         memo: dict[str, str] = {}
-        for directory in layer.opaque:
-            real = resolve(directory, self._links.items) or directory
-            touched.extend(self._remove_tree(real, keep_root=True))
+        for stored in layer.opaque:
+            # An opaque marker says the layer holds a directory at this path: below a
+            # link it lands through it, but a link *at* the path was replaced by the new
+            # directory (``rm L && mkdir L``; overlayfs marks such a directory opaque), so the
+            # link goes and its target is left alone.
+            path = self._landing(stored, memo)
+            if path in self._links.items:
+                touched.extend(self._remove_tree(path, keep_root=False))
+                touched.append(path)
+                memo.clear()
+            else:
+                touched.extend(self._remove_tree(path, keep_root=True))
         for stored in layer.whiteouts:
             path = self._landing(stored, memo)
             touched.extend(self._remove_tree(path, keep_root=False))
