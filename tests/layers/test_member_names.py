@@ -394,3 +394,53 @@ def test_flags_round_trip_through_the_cache(tmp_path: Path) -> None:
     warm = audit_image(ref, options=options)
     assert warm.incomplete == cold.incomplete
     assert len(warm.incomplete) == 1
+
+
+def _links_tar(links: Sequence[tuple[str, bytes, str]]) -> bytes:
+    """A layer of a site-packages METADATA plus (name, tar type, target) link members."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        data = _metadata("x")
+        info = tarfile.TarInfo(f"{SITE}/x-1.0.dist-info/METADATA")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for name, kind, target in links:
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = kind, target
+            tar.addfile(link)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("target", ["../../../etc/shadow", "/etc/shadow", "etc/../../x"])
+def test_hard_link_whose_target_climbs_out_is_flagged(tmp_path: Path, target: str) -> None:
+    """A hard link names a path in the layer: one with '..' or a leading '/' is flagged
+    (moby refuses it), naming the member and the target as stored."""
+    ref, (digest,) = _layout(tmp_path, [_links_tar([("etc/passwd-", tarfile.LNKTYPE, target)])])
+    code, out = cli("audit", ref, "--no-cache", "--format", "json")
+    assert code == 1
+    assert json.loads(out)["incomplete"] == [
+        {
+            "what": f"layer {digest} (step 1): member 'etc/passwd-'",
+            "why": f"hard link to {target!r}, a target with a '..' component or a leading '/' "
+            "(containerd clamps it inside the root; moby refuses a hard link that climbs out)",
+        }
+    ]
+
+
+def test_relative_symlinks_and_plain_hard_links_are_not_flagged(tmp_path: Path) -> None:
+    """'..' is how relative symlinks are written; a hard link to a plain path is ordinary."""
+    ref, _ = _layout(
+        tmp_path,
+        [
+            _links_tar(
+                [
+                    ("usr/lib/libx.so", tarfile.SYMTYPE, "../../opt/lib/libx.so.1"),
+                    ("usr/bin/py", tarfile.SYMTYPE, "/usr/bin/python3.11"),
+                    ("usr/bin/perl5", tarfile.LNKTYPE, "usr/bin/perl"),
+                ]
+            )
+        ],
+    )
+    code, out = cli("audit", ref, "--no-cache", "--format", "json")
+    assert json.loads(out)["incomplete"] == []
+    assert code == 0

@@ -1,16 +1,18 @@
 """Member names a layer tar should not have: unsafe as stored, or one path stored twice.
 
 Owns the path rules the tar walk applies to every member's stored name (the ustar name with
-its prefix, a GNU long name or a PAX ``path``/``linkpath`` record), the per-layer record of
-the paths seen, and ``NameFlag``, what a layer analysis keeps about each offender. The walk
-still places every member where containerd would (``tar.normalize`` clamps ``..`` inside the
-root and drops a leading ``/``); a flag says the layer is not what a conforming writer
-(buildah, docker) makes, so the audit that reads it is incomplete. A backslash is not a path
-separator: on Linux ``a\\b`` is one file name, placed literally (Debian's systemd ships
-``system-systemd\\x2dcryptsetup.slice``), so it is flagged only when reading ``\\`` as a
-separator would climb out or start at a root (``..\\x``, ``\\x``, ``C:\\x``): the names of an
-archive made to escape on Windows. Two members with one path are flagged unless both are
-directories (runtimes merge those; otherwise the later member replaces the earlier one).
+its prefix, a GNU long name or a PAX ``path``/``linkpath`` record) and to a hard link's
+target (a path in the layer, so ``..`` or a leading ``/`` there is flagged too), the
+per-layer record of the paths seen, and ``NameFlag``, what a layer analysis keeps about each
+offender. The walk still places every member where containerd would (``tar.normalize``
+clamps ``..`` inside the root and drops a leading ``/``); a flag says the layer is not what
+a conforming writer (buildah, docker) makes, so the audit that reads it is incomplete. A
+backslash is not a path separator: on Linux ``a\\b`` is one file name, placed literally
+(Debian's systemd ships ``system-systemd\\x2dcryptsetup.slice``), so it is flagged only when
+reading ``\\`` as a separator would climb out or start at a root (``..\\x``, ``\\x``,
+``C:\\x``): the names of an archive made to escape on Windows. Two members with one path are
+flagged unless both are directories (runtimes merge those; otherwise the later member
+replaces the earlier one).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ABSOLUTE = "absolute"  # a leading '/'
 BACKSLASH = "backslash"  # a '..' component or a root when '\' is read as a separator
 NUL = "nul"  # a NUL byte in the name (only a PAX path record can carry one)
 LINK_NUL = "link-nul"  # a NUL byte in the link target (a PAX linkpath record)
+HARDLINK = "hardlink"  # a hard link whose target has a '..' component or a leading '/'
 DUPLICATE = "duplicate"  # one normalised path stored by several members
 MORE = "more"  # flags beyond ``LIMIT`` of one kind, counted but not listed
 
@@ -37,7 +40,8 @@ class NameFlag:
     """One unsafe member name, or one path several members of a layer have.
 
     ``name`` is the name as stored (for ``duplicate``: the normalised path; for ``more``: what
-    was left unlisted); ``path`` is where the walk placed the member; ``count`` is how many
+    was left unlisted); ``path`` is where the walk placed the member (for ``hardlink``: the
+    link's target as stored); ``count`` is how many
     members have the path (``duplicate``) or how many flags were left unlisted (``more``)."""
 
     rule: str
@@ -72,6 +76,11 @@ class NameFlag:
             return f"name holds a NUL (a PAX path record, which runtimes refuse); {at}"
         if self.rule == LINK_NUL:
             return f"link target holds a NUL (a PAX linkpath record, which runtimes refuse); {at}"
+        if self.rule == HARDLINK:
+            return (
+                f"hard link to {self.path!r}, a target with a '..' component or a leading '/' "
+                "(containerd clamps it inside the root; moby refuses a hard link that climbs out)"
+            )
         if self.rule == DUPLICATE:
             return f"{self.count} members of the layer have this path; a runtime keeps the last"
         return f"{self.count} more {self.name} in this layer (the first {LIMIT} are listed)"
@@ -124,7 +133,15 @@ class MemberNames:
         self._unsafe: list[NameFlag] = []
         self._omitted = 0
 
-    def see(self, name: str, path: str, directory: bool, link: str | None = None) -> None:
+    def see(
+        self,
+        name: str,
+        path: str,
+        directory: bool,
+        link: str | None = None,
+        *,
+        hardlink: bool = False,
+    ) -> None:
         """One member: its name as stored, the path it was placed at, whether it is a
         directory, and its link target when a long-name or PAX record gave one.
 
@@ -133,15 +150,21 @@ class MemberNames:
         directory, a link target from a record, or a name that is not ``path`` without its
         leading '/' or that holds a backslash or a NUL."""
         self.paths.append(path)
-        self.note(name, path, directory, link)
+        self.note(name, path, directory, link, hardlink=hardlink)
 
-    def note(self, name: str, path: str, directory: bool, link: str | None) -> None:
-        """A member whose path is already in ``paths``: check its name, keep directories."""
+    def note(
+        self, name: str, path: str, directory: bool, link: str | None, *, hardlink: bool = False
+    ) -> None:
+        """A member whose path is already in ``paths``: check its name (and a hard link's
+        target, a path in the layer: a symlink's may climb, as ``../lib/x`` does), keep
+        directories."""
         if "\\" in name or ".." in name or "\0" in name or name[:1] == "/":
             for rule in unsafe_rules(name):
                 self._flag(NameFlag(rule, name, path))
         if link is not None and "\0" in link:
             self._flag(NameFlag(LINK_NUL, name, path))
+        if hardlink and link is not None and (link[:1] == "/" or ".." in link.split("/")):
+            self._flag(NameFlag(HARDLINK, name, link))  # ``path``: the target, as stored
         if directory:
             self._dirs.append(path)
 

@@ -191,6 +191,7 @@ class Chunks:
 _ZERO_BLOCK = bytes(BLOCK)
 _REGULAR = (b"0", b"\0", b"7")
 LINK_TYPES = _LINKS = (b"1", b"2")  # hard link, symlink
+_DIR_OR_HARDLINK = (b"5", b"1")  # members whose names the name rules look at more closely
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
 _META = (b"x", b"g", b"L", b"K")
 
@@ -346,13 +347,18 @@ def walk_members(
             if names is not None:  # ``MemberNames.see``, inlined for the usual member
                 names.paths.append(path)
                 if (
-                    typeflag == b"5"
+                    typeflag in _DIR_OR_HARDLINK
                     or link_b is not None
                     or len(path) != len(name) + 1
                     or "\\" in name
                     or "\0" in name
                 ):
-                    names.note(name, path, typeflag == b"5", link_b)
+                    target = link_b
+                    if typeflag == b"1" and target is None:
+                        target = (
+                            header[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                        )
+                    names.note(name, path, typeflag == b"5", target, hardlink=typeflag == b"1")
             if regular:
                 want = select(path) & ~LINK
             elif typeflag in _LINKS and select(path) & LINK:
