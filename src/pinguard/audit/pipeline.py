@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Protocol
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.loader import LoaderConfig, attach_native, image_env
 from pinguard.audit.state import State
-from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native
+from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native, python
 from pinguard.errors import BlobVerificationError, SourceError
 from pinguard.layers.analysis import (
     LayerAnalysis,
@@ -405,11 +405,18 @@ def build_result(
                 snap, previous, layer.digest, analysis.streamed, native.state_view(state), loader
             )
         for item in snap.incomplete:
-            incomplete.setdefault((item.what, item.why), item)
+            if item.why != python.OUTSIDE:  # where nothing reaches: the final state says
+                incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
         steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
         snapshots.append(snap)
         previous = snap
+    # Metadata no environment reaches is a hole in the image as it ships (pip --target used
+    # through PYTHONPATH), so it is taken from the final state: files a later step links
+    # into an environment were importable nowhere before, and that step shows them added.
+    for item in previous.incomplete:
+        if item.why == python.OUTSIDE:
+            incomplete.setdefault((item.what, item.why), item)
     image = ImageInfo(
         reference=resolved.reference,
         manifest_digest=resolved.manifest_digest,
