@@ -18,6 +18,13 @@ class PinguardError(Exception):
     exit_code = EXIT_USAGE
 
 
+class IncompleteAudit(PinguardError):
+    """The audit a command builds on could not read everything (or found no Python), so
+    what the command would write might miss something; the command refuses (exit 1)."""
+
+    exit_code = EXIT_FINDINGS
+
+
 class UsageError(PinguardError):
     """The command line or a file it names is wrong."""
 

@@ -22,7 +22,7 @@ from rich.progress import (
 )
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
-from pinguard.errors import UsageError
+from pinguard.errors import IncompleteAudit, UsageError
 from pinguard.layers.analysis import LayerLimits
 from pinguard.layers.cache import default_cache_dir
 from pinguard.models import AuditResult, Platform, Severity
@@ -284,6 +284,24 @@ def judge(
         file_digests=dict(result.file_digests) if args.verify_records else None,
     )
     return dataclasses.replace(result, findings=tuple(findings))
+
+
+def require_complete(result: AuditResult, args: argparse.Namespace, output: str) -> None:
+    """Refuse to build ``output`` from an audit that could not read everything, or found no
+    Python at all, unless ``--allow-incomplete`` / ``--allow-no-python`` say to go on: a
+    constraints file or a plan from such an audit would quietly miss what was not read."""
+    if result.incomplete and not args.allow_incomplete:
+        first = result.incomplete[0]
+        raise IncompleteAudit(
+            f"the audit of {result.image.reference} is incomplete ({len(result.incomplete)} "
+            f"item(s); first: {first.what}: {first.why}); {output} made from it could miss what "
+            "was not read (--allow-incomplete to go on anyway)"
+        )
+    if result.no_python and not args.allow_no_python:
+        raise IncompleteAudit(
+            f"{result.no_python_message()}: nothing to make {output} from "
+            "(--allow-no-python to go on)"
+        )
 
 
 def exit_code(result: AuditResult, args: argparse.Namespace) -> int:

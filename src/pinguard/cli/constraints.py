@@ -14,6 +14,7 @@ from pinguard.cli.common import (
     add_policy_options,
     index_options,
     judge,
+    require_complete,
     run_audit,
 )
 from pinguard.errors import UsageError
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.repair import constraints as emit
 
     audited = run_audit(args, args.operands[0])
+    require_complete(audited, args, "constraints")
     loaded = load_run_policy(args.policy)
     result = judge(audited, args, loaded)
     policy = effective_policy(loaded, platform=result.image.platform, targets=args.target)

@@ -13,6 +13,7 @@ from pinguard.cli.common import (
     add_index_options,
     add_policy_options,
     index_options,
+    require_complete,
     run_audit,
 )
 from pinguard.errors import UsageError
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if command is None:
         raise UsageError("give the step after --: pinguard plan REF -- pip install ARGS...")
     result = run_audit(args, args.reference)
+    require_complete(result, args, "a plan")
     env = choose_plan_environment(result.final.environments, args.environment)
     index = index_options(args)
     plan = plan_install(env, command, index=index, platform=result.image.platform)
