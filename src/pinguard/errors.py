@@ -1,7 +1,8 @@
 """The error hierarchy: one base error per layer, each mapped by the CLI to an exit code.
 
-Exit codes (documented in docs/exit-codes.md): 0 pass, 1 findings at or above --fail-on,
-2 usage or configuration error, 3 the image could not be read.
+Exit codes (documented in docs/reliability.md and the README): 0 pass, 1 findings at or
+above --fail-on or something incomplete, 2 usage or configuration error, 3 the image could
+not be read, 130 interrupted (the CLI's own).
 """
 
 from __future__ import annotations
