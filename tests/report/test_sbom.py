@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -21,6 +22,7 @@ from pinguard.models import (
     Distribution,
     Environment,
     ImageInfo,
+    Incomplete,
     Platform,
     Snapshot,
 )
@@ -197,3 +199,54 @@ def test_directory_audit_without_digest() -> None:
     bom = json.loads(cyclonedx.render(res))
     assert "hashes" not in bom["metadata"]["component"]
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(bom)) is None
+
+
+def test_incomplete_items_go_to_the_package_they_name() -> None:
+    """An item on a metadata directory, a file under it, or a file a RECORD lists belongs to
+    that package; one naming no installed distribution (or the same path in the other
+    environment's spelling) belongs to the image. Both documents still validate."""
+    torch = f"{ENV}/torch-2.12.1.dist-info"
+    items = (
+        Incomplete(f"{ENV}/torch/lib/libtorch.so", "not an ELF file"),
+        Incomplete(f"{torch}/RECORD", "unreadable RECORD: bad row"),
+        Incomplete(f"{ENV}/broken-1.0.dist-info", "metadata has no Version"),
+        Incomplete(f"{SYSTEM}/torch/lib/libtorch.so", "not an ELF file"),
+        Incomplete(torch, "invalid Requires-Dist 'x>>1'"),
+    )
+    res = dataclasses.replace(result(), incomplete=items)
+    facts = sbom_facts(res)
+    assert [(i.what, i.ref) for i in facts.incomplete] == [
+        (f"{ENV}/broken-1.0.dist-info", None),
+        (torch, torch),  # "torch-" sorts before "torch/"
+        (f"{torch}/RECORD", torch),
+        (f"{ENV}/torch/lib/libtorch.so", torch),
+        (f"{SYSTEM}/torch/lib/libtorch.so", None),
+    ]
+    text = cyclonedx.render(res)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    bom = json.loads(text)
+    assert bom["compositions"] == [
+        {"aggregate": "incomplete", "assemblies": ["image:sha256:" + "cd" * 32, torch]}
+    ]
+    (component,) = [c for c in bom["components"] if c["bom-ref"] == torch]
+    # the library sorts properties by (name, value): "dist-info/" before "dist-info:"
+    assert [p["value"] for p in component["properties"] if p["name"] == "pinguard:incomplete"] == [
+        f"{torch}/RECORD: unreadable RECORD: bad row",
+        f"{torch}: invalid Requires-Dist 'x>>1'",
+        f"{ENV}/torch/lib/libtorch.so: not an ELF file",
+    ]
+    doc = json.loads(spdx.render(res))
+    jsonschema.validate(doc, json.loads(SPDX_SCHEMA.read_text()))
+    image = next(p for p in doc["packages"] if p["SPDXID"] == "SPDXRef-Image")
+    assert [a["comment"] for a in image["annotations"]] == [
+        f"pinguard:incomplete={ENV}/broken-1.0.dist-info: metadata has no Version",
+        f"pinguard:incomplete={SYSTEM}/torch/lib/libtorch.so: not an ELF file",
+    ]
+    (package,) = [p for p in doc["packages"] if p["name"] == "torch"]
+    assert [
+        a["comment"] for a in package["annotations"] if "pinguard:incomplete=" in a["comment"]
+    ] == [
+        f"pinguard:incomplete={torch}: invalid Requires-Dist 'x>>1'",
+        f"pinguard:incomplete={torch}/RECORD: unreadable RECORD: bad row",
+        f"pinguard:incomplete={ENV}/torch/lib/libtorch.so: not an ELF file",
+    ]

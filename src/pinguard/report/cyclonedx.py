@@ -7,13 +7,20 @@ environment is a ``library`` component with a ``pkg:pypi`` purl, the wheel hash 
 their hashes, and pinguard's provenance as ``pinguard:*`` properties; dpkg packages are
 ``library`` components with ``pkg:deb`` purls. ``dependencies`` is the Requires-Dist graph
 resolved to installed components, with the image depending on the requested and unrequired
-ones. The serial number is a uuid5 of the image digest and the timestamp is omitted, so the
-same image gives the same bytes.
+ones. What the audit could not read makes the inventory known to be incomplete: the spec's own
+construct for that, a ``compositions`` entry with ``aggregate: incomplete`` whose assemblies
+are the image and each package an item belongs to, and one ``pinguard:incomplete`` property
+(``<what>: <why>``) per item on that package or else on the image. cyclonedx-python-lib has
+no model of compositions yet (CycloneDX/cyclonedx-python-lib#607), so that one entry is added
+to the library's JSON output; a complete audit has none. The serial number is a uuid5 of the
+image digest and the timestamp is omitted, so the same image gives the same bytes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom
@@ -83,7 +90,11 @@ def build_bom(facts: SbomFacts) -> Bom:
         if facts.digest and facts.digest.startswith("sha256:")
         else [],
         properties=_properties(
-            [*((PROPERTY_PREFIX + k, v) for k, v in root_props), *facts.image_properties]
+            [
+                *((PROPERTY_PREFIX + k, v) for k, v in root_props),
+                *facts.image_properties,
+                *facts.incomplete_of(None),
+            ]
         ),
     )
     bom.metadata.component = root
@@ -95,7 +106,7 @@ def build_bom(facts: SbomFacts) -> Bom:
             bom_ref=pkg.ref,
             purl=PackageURL.from_string(pkg.purl),
             hashes=_hashes(pkg.archive_hashes),
-            properties=_properties(pkg.properties()),
+            properties=_properties([*pkg.properties(), *facts.incomplete_of(pkg.ref)]),
         )
         for f in pkg.files:
             component.components.add(
@@ -141,10 +152,25 @@ def build_bom(facts: SbomFacts) -> Bom:
     return bom
 
 
+def compositions(facts: SbomFacts) -> list[dict[str, Any]]:
+    """``[{"aggregate": "incomplete", "assemblies": [image, packages...]}]`` when something
+    could not be read (the packages an item belongs to, sorted), else ``[]``."""
+    if not facts.incomplete:
+        return []
+    refs = sorted({item.ref for item in facts.incomplete if item.ref is not None})
+    return [{"aggregate": "incomplete", "assemblies": [facts.root_ref, *refs]}]
+
+
 def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The CycloneDX 1.6 JSON document of ``result``'s final state.
 
     Newline-terminated; no option changes it (an SBOM carries no verdict).
     """
-    text: str = JsonV1Dot6(build_bom(sbom_facts(result))).output_as_string(indent=2)
+    facts = sbom_facts(result)
+    text: str = JsonV1Dot6(build_bom(facts)).output_as_string(indent=2)
+    extra = compositions(facts)
+    if extra:  # the library writes json.dumps(indent=2); the same call keeps its layout
+        data = json.loads(text)
+        data["compositions"] = extra
+        text = json.dumps(data, indent=2)
     return text + "\n"

@@ -7,11 +7,13 @@ environment with its purl, the RECORD file hashes (as hex), the wheel hash from
 digest, step index and command, and the requirement chain that forced it), and the dependency
 edges from ``Requires-Dist`` resolved to the installed distributions of the same environment;
 one :class:`DebianPackage` per dpkg package with a ``pkg:deb`` purl from the image's
-os-release; an image without any Python environment says so (``image_properties``).
-Everything is sorted and the document identity (serial number, namespace) is
-derived from the image digest, so the same image gives the same bytes. The renderers in
-:mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map these to the
-libraries' models.
+os-release; an image without any Python environment says so (``image_properties``); each
+item the audit could not read (``AuditResult.incomplete``) is an :class:`IncompleteItem`,
+attributed to the package it names (its metadata directory, a file under it, or a file its
+RECORD lists) or else to the image. Everything is sorted and the document identity (serial
+number, namespace) is derived from the image digest, so the same image gives the same bytes.
+The renderers in :mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map
+these to the libraries' models.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pinguard.models import (
     DebPackage,
     Distribution,
     Environment,
+    Incomplete,
     Platform,
     Snapshot,
     Step,
@@ -98,6 +101,20 @@ class DebianPackage:
 
 
 @dataclass(frozen=True, slots=True)
+class IncompleteItem:
+    """Something the audit could not read, and the package it belongs to (None: the image)."""
+
+    what: str
+    why: str
+    ref: str | None
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """``("pinguard:incomplete", "<what>: <why>")``, as the table words it."""
+        return (PROPERTY_PREFIX + "incomplete", f"{self.what}: {self.why}")
+
+
+@dataclass(frozen=True, slots=True)
 class SbomFacts:
     """Everything an SBOM says about one audited image."""
 
@@ -114,6 +131,11 @@ class SbomFacts:
     roots: tuple[str, ...]  # refs the image depends on directly: requested or unrequired ones
     tool_version: str = __version__
     no_python: bool = False  # the final state has no Python environment at all
+    incomplete: tuple[IncompleteItem, ...] = ()  # sorted by (what, why), as the JSON report
+
+    def incomplete_of(self, ref: str | None) -> tuple[tuple[str, str], ...]:
+        """The ``pinguard:incomplete`` pairs of the package ``ref`` (None: of the image)."""
+        return tuple(item.pair for item in self.incomplete if item.ref == ref)
 
     @property
     def image_properties(self) -> tuple[tuple[str, str], ...]:
@@ -251,6 +273,34 @@ def _edges(env: Environment, dist: Distribution, platform: Platform | None) -> t
     return tuple(sorted(refs))
 
 
+def _attribute(
+    items: tuple[Incomplete, ...], python: list[PythonPackage]
+) -> tuple[IncompleteItem, ...]:
+    """Each item with the package it names: the one whose metadata directory is the item's
+    path or contains it, else the first (by ref) whose RECORD lists the path; else None."""
+    by_file: dict[str, str] = {}
+    for pkg in python:  # sorted by ref: the first package listing a file keeps it
+        for path, _ in pkg.dist.record:
+            by_file.setdefault(path, pkg.ref)
+    refs = {p.ref for p in python}
+    out: list[IncompleteItem] = []
+    for item in sorted(items, key=lambda i: (i.what, i.why)):
+        ref = next(
+            (r for r in (item.what, *_parents(item.what)) if r in refs), by_file.get(item.what)
+        )
+        out.append(IncompleteItem(item.what, item.why, ref))
+    return tuple(out)
+
+
+def _parents(path: str) -> tuple[str, ...]:
+    """``/a/b/c`` -> ``("/a/b", "/a")``."""
+    out: list[str] = []
+    while "/" in path.strip("/"):
+        path = path.rsplit("/", 1)[0]
+        out.append(path)
+    return tuple(out)
+
+
 def sbom_facts(result: AuditResult) -> SbomFacts:
     """The SBOM facts of ``result``'s final state (see the module docstring)."""
     final: Snapshot = result.final
@@ -301,4 +351,5 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         os_release=final.os_release,
         roots=roots,
         no_python=result.no_python,
+        incomplete=_attribute(result.incomplete, python),
     )

@@ -7,8 +7,10 @@ when there is one) and per dpkg package (``pkg:deb`` purl from os-release); Pyth
 DEPENDS_ON the installed distributions their ``Requires-Dist`` names. pinguard's provenance
 (layer digest, step index and command, environment, INSTALLER, REQUESTED, direct_url) is
 written as ``OTHER`` annotations ``pinguard:<key>=<value>`` on each package, since SPDX 2.3 has
-no free properties. RECORD's per-file hashes are left to the CycloneDX report: SPDX 2.3 requires
-a SHA-1 for every file, which RECORD does not give. The namespace is a uuid5 of the image
+no free properties; so is each item the audit could not read
+(``pinguard:incomplete=<what>: <why>``), on the package it belongs to or else on the image.
+RECORD's per-file hashes are left to the CycloneDX report: SPDX 2.3 requires a SHA-1 for
+every file, which RECORD does not give. The namespace is a uuid5 of the image
 digest and the creation time is fixed (the Unix epoch), so the same image gives the same
 bytes; spdx-tools validates the document before it is written.
 """
@@ -107,7 +109,7 @@ def build_document(facts: SbomFacts) -> Document:
     relationships = [Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, root_id)]
     annotations: list[Annotation] = [
         Annotation(root_id, AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
-        for name, value in facts.image_properties
+        for name, value in (*facts.image_properties, *facts.incomplete_of(None))
     ]
     ids: dict[str, str] = {}
     for pkg in facts.python:
@@ -135,7 +137,7 @@ def build_document(facts: SbomFacts) -> Document:
         )
         annotations.extend(
             Annotation(ids[pkg.ref], AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
-            for name, value in pkg.properties()
+            for name, value in (*pkg.properties(), *facts.incomplete_of(pkg.ref))
         )
     for deb in facts.debs:
         packages.append(

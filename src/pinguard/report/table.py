@@ -108,7 +108,8 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
     if not shown:
         console.print("no build step changed a Python distribution")
     env_text = ", ".join(
-        f"{e.path} (python {e.python or '?'}, {len(e.distributions)} distributions)"
+        f"{e.path} ({f'real_path {e.real_path}, ' if e.real_path else ''}"
+        f"python {e.python or '?'}, {len(e.distributions)} distributions)"
         for e in result.final.environments
     )
     no_python = options.no_python_text(result)
