@@ -168,7 +168,9 @@ def _analyze_one(
                 stream, layer, analyzers, _byte_reporter(layer.digest), limits=limits
             )
         except _Stopped:
-            raise  # leave the stream: its reader may be blocked on the network
+            # leave the stream: closing it waits for the lock its prefetch thread holds
+            # while blocked in a read of a stalled connection (measured: the 5 s grace)
+            raise
         except BaseException:
             stream.close()
             raise

@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 from pinguard.catalog import AnalyzerOptions, Analyzers, StateView
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.links import resolve
+from pinguard.layers.links import resolve, resolve_parent
 from pinguard.models import Snapshot
 
 V = TypeVar("V")
@@ -119,19 +119,11 @@ class State(StateView):
         gone = self._streamed.remove_tree(path, keep_root)
         return self._files.remove_tree(path, keep_root) + gone
 
-    def _landing(self, path: str, memo: dict[str, str]) -> str:
+    def _landing(self, path: str, memo: dict[str, str | None]) -> str:
         """Where a member at ``path`` lands: its directory resolved through the links kept so
         far, inside the root (``pinguard.layers.links``), as containerd applies a layer. On
         a link loop the path is kept as stored."""
-        links = self._links.items
-        if not links:
-            return path
-        parent, _, base = path.rpartition("/")
-        real = memo.get(parent)
-        if real is None:
-            real = resolve(parent or "/", links) or (parent or "/")
-            memo[parent] = real
-        return real + base if real == "/" else f"{real}/{base}"
+        return resolve_parent(path, self._links.items, memo) or path
 
     def _read_through(self, added: Iterable[str], touched: list[str]) -> None:
         """A new link to a kept file reads as that file at the link's path too: a hard link
@@ -153,7 +145,7 @@ class State(StateView):
         included. A layer's links are applied before its files (in path order, so a link
         inside a linked directory of the same layer lands through it)."""
         touched: list[str] = []
-        memo: dict[str, str] = {}
+        memo: dict[str, str | None] = {}
         for stored in layer.opaque:
             # An opaque marker says the layer holds a directory at this path: below a
             # link it lands through it, but a link *at* the path was replaced by the new

@@ -245,7 +245,7 @@ def python_of(
         lib = posixpath.dirname(env)  # …/lib/python3.11 or …/lib/python3
         root = posixpath.dirname(posixpath.dirname(lib))
         cfg_path = posixpath.join(root, "pyvenv.cfg")
-        cfg = files.get(resolve(cfg_path, links) or cfg_path if links else cfg_path)
+        cfg = files.get(resolve(cfg_path, links or {}) or cfg_path)
         if cfg is not None:
             for line in cfg.decode("utf-8", "replace").splitlines():
                 key, _, value = line.partition("=")

@@ -46,12 +46,22 @@ def resolve(path: str, links: Mapping[str, str]) -> str | None:
     return done
 
 
-def resolve_parent(path: str, links: Mapping[str, str]) -> str | None:
-    """``path`` with the links in its directory part followed (None on a loop)."""
+def resolve_parent(
+    path: str, links: Mapping[str, str], memo: dict[str, str | None] | None = None
+) -> str | None:
+    """``path`` with the links in its directory part followed (None on a loop).
+
+    ``memo`` (directory -> resolved) spares resolving one directory again for each of its
+    members; it is only valid while ``links`` stays as it was."""
     if not links:
         return path
     parent, base = posixpath.split(path)
-    real = resolve(parent, links)
+    if memo is None:
+        real = resolve(parent, links)
+    elif parent in memo:
+        real = memo[parent]
+    else:
+        real = memo[parent] = resolve(parent, links)
     if real is None:
         return None
     if not base:

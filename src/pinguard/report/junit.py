@@ -101,8 +101,7 @@ def render(
         ET.SubElement(case, "error", type="incomplete", message=_clean(item.why))
 
     if statuses is None:
-        text = options.no_python_text(result)
-        statuses = [] if text is None else [("", text)]
+        statuses = options.no_python_statuses(result)
     for side, text in statuses:
         tests += 1
         name = f"python environments ({side})" if side else "python environments"

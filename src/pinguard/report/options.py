@@ -66,6 +66,13 @@ class RenderOptions:
             tail = "the gate fails unless --allow-no-python"
         return f"{result.no_python_message()} ({tail})"
 
+    def no_python_statuses(self, result: AuditResult) -> list[tuple[str, str]]:
+        """``no_python_text`` as the (side, line) pairs the SARIF and JUnit builders take:
+        one pair with no side name for an image without Python, else none (a comparison
+        builds its own, one per side: ``report.compare.no_python_sides``)."""
+        text = self.no_python_text(result)
+        return [] if text is None else [("", text)]
+
     def verdict(self, judged: Judged) -> str:
         """``judged``'s verdict at these options' threshold and allowances."""
         return judged.verdict(self.fail_on, self.allow_incomplete, self.allow_no_python)

@@ -247,8 +247,7 @@ def to_dict(
     ]
     successful = not notifications
     if statuses is None:
-        text = options.no_python_text(result)
-        statuses = [] if text is None else [("", text)]
+        statuses = options.no_python_statuses(result)
     # the run itself succeeded: what it found is that there is nothing to judge
     notifications += [
         {
