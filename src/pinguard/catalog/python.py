@@ -241,7 +241,7 @@ def python_of(
     links: Mapping[str, str] | None = None,
 ) -> str | None:
     """The Python version of an environment: pyvenv.cfg, else its path, else the system's."""
-    if env.endswith("/site-packages") or env.endswith("/dist-packages"):
+    if is_env_dir(env):
         lib = posixpath.dirname(env)  # …/lib/python3.11 or …/lib/python3
         root = posixpath.dirname(posixpath.dirname(lib))
         cfg_path = posixpath.join(root, "pyvenv.cfg")
