@@ -305,7 +305,7 @@ def loader_list(image: str, target: str) -> dict[str, str]:
         .splitlines()[-1]
     )
     try:
-        out = subprocess.run(
+        done = subprocess.run(
             [
                 buildah,
                 "run",
@@ -317,10 +317,15 @@ def loader_list(image: str, target: str) -> dict[str, str]:
                 "--list",
                 target,
             ],
-            check=True,
+            check=False,
             capture_output=True,
             text=True,
-        ).stdout
+        )
     finally:
         subprocess.run([buildah, "rm", container], capture_output=True, check=False)
-    return parse_ld_list(out)
+    if done.returncode != 0:  # say what the loader said: a missing library shows on stdout
+        raise RuntimeError(
+            f"ld.so --list {target} in {image} exited {done.returncode}:\n"
+            f"{done.stdout}{done.stderr}"
+        )
+    return parse_ld_list(done.stdout)
