@@ -3,7 +3,10 @@
 A whiteout ``.wh.NAME`` removes NAME and everything below it from the lower layers (also at
 the root: ``/.wh.opt`` removes ``/opt``), but never a sibling that merely shares a prefix; an
 opaque whiteout ``.wh..wh..opq`` empties its directory of lower-layer content while the same
-layer's own files in it stay. The layers are real tar streams written by ``tarfile``.
+layer's own files in it stay, and where that directory is a lower layer's link it empties the
+link's target, as containerd's applier resolves it (unless the layer made a directory there:
+then the directory replaces the link). The layers are real tar streams written by
+``tarfile``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,13 @@ def _dist(site: str, name: str, version: str) -> dict[str, bytes]:
     return {f"{site}/{name}-{version}.dist-info/METADATA": meta}
 
 
-def _layer(files: dict[str, bytes], whiteouts: tuple[str, ...] = ()) -> LayerAnalysis:
-    tar = layer_tar(files, whiteouts=whiteouts)
+def _layer(
+    files: dict[str, bytes],
+    whiteouts: tuple[str, ...] = (),
+    symlinks: dict[str, str] | None = None,
+    parents: bool = False,
+) -> LayerAnalysis:
+    tar = layer_tar(files, whiteouts=whiteouts, symlinks=symlinks, parents=parents)
     analyzers = Analyzers.for_options(AnalyzerOptions(verify_records=True))
     return analyze_stream(io.BytesIO(tar), digest=None, size=None, select=analyzers.selector())
 
@@ -109,3 +117,31 @@ def test_a_later_layer_reinstalls_after_a_whiteout() -> None:
     again = _layer(_dist(VENV, "torch", "2.12.1"))
     _, snap = _state(BASE, wh, again)
     assert _names(snap)[f"/{VENV}"] == ["torch==2.12.1"]
+
+
+def test_opaque_marker_in_a_linked_directory_empties_the_target() -> None:
+    """``opt/link -> /VENV`` then a bare ``opt/link/.wh..wh..opq``: torch goes from VENV,
+    the same layer's new files land there, the link stays and the state names the marker."""
+    link = _layer({}, symlinks={"opt/link": f"/{VENV}"})
+    layer = _layer(_dist("opt/link", "torch", "2.12.1"), whiteouts=("opt/link/.wh..wh..opq",))
+    assert (layer.opaque, layer.opaque_made) == (["/opt/link"], [])
+    state, snap = _state(BASE, link, layer)
+    assert _names(snap)[f"/{VENV}"] == ["torch==2.12.1"]
+    assert f"/{VENV}/torch/__init__.py" not in state.hashes
+    assert state.links == {"/opt/link": f"/{VENV}"}
+    assert state.opaque_through_links == [("/opt/link", f"/{VENV}")]
+
+
+def test_opaque_directory_the_layer_made_replaces_the_link() -> None:
+    """The same marker with the directory entry ``opt/link/`` in the layer: the link goes,
+    VENV keeps torch 2.11.0 and the new files stay in /opt/link."""
+    link = _layer({}, symlinks={"opt/link": f"/{VENV}"})
+    layer = _layer(
+        _dist("opt/link", "torch", "2.12.1"), whiteouts=("opt/link/.wh..wh..opq",), parents=True
+    )
+    assert layer.opaque_made == ["/opt/link"]
+    state, snap = _state(BASE, link, layer)
+    assert _names(snap)[f"/{VENV}"] == ["torch==2.11.0"]
+    assert state.links == {}
+    assert "/opt/link/torch-2.12.1.dist-info/METADATA" in state.files
+    assert state.opaque_through_links == []

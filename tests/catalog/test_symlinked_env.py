@@ -54,12 +54,23 @@ def _dist(where: str, name: str, version: str, files: dict[str, bytes]) -> dict[
     return out
 
 
-def _layout(tmp_path: Path, *layers: Layer, hardlinks: dict[str, str] | None = None) -> str:
-    """An OCI layout of ``layers``; ``hardlinks`` go into the last one."""
+def _layout(
+    tmp_path: Path,
+    *layers: Layer,
+    hardlinks: dict[str, str] | None = None,
+    parents: bool = False,
+) -> str:
+    """An OCI layout of ``layers``; ``hardlinks`` go into the last one; with ``parents``
+    every member's directories get entries of their own, as in the layers buildah writes."""
     writer = ImageWriter(tmp_path / "layout")
     descs = [
         writer.layer(
-            layer_tar(files, symlinks=links, hardlinks=hardlinks if i == len(layers) - 1 else None)
+            layer_tar(
+                files,
+                symlinks=links,
+                hardlinks=hardlinks if i == len(layers) - 1 else None,
+                parents=parents,
+            )
         )
         for i, (files, links) in enumerate(layers)
     ]
@@ -69,8 +80,12 @@ def _layout(tmp_path: Path, *layers: Layer, hardlinks: dict[str, str] | None = N
     return f"oci:{tmp_path / 'layout'}:t"
 
 
-def _audit(tmp_path: Path, *layers: Layer, verify: bool = False) -> AuditResult:
-    return audit_image(_layout(tmp_path, *layers), options=AuditOptions(verify_records=verify))
+def _audit(
+    tmp_path: Path, *layers: Layer, verify: bool = False, parents: bool = False
+) -> AuditResult:
+    return audit_image(
+        _layout(tmp_path, *layers, parents=parents), options=AuditOptions(verify_records=verify)
+    )
 
 
 def _envs(result: AuditResult) -> list[tuple[str, str | None, str | None, list[tuple[str, str]]]]:
@@ -197,13 +212,15 @@ def test_link_replacing_a_directory_hides_what_was_in_it(tmp_path: Path) -> None
 
 def test_directory_replacing_a_link_leaves_the_target_alone(tmp_path: Path) -> None:
     """``rm L && mkdir L``: overlayfs marks the new directory opaque, so the layer holds
-    ``L/.wh..wh..opq``; the link goes, the new files land in the directory, and what was
-    written through the link stays in its target, which nothing reaches any more."""
+    ``L/`` and ``L/.wh..wh..opq`` (as buildah writes it, every directory with its own
+    entry); the link goes, the new files land in the directory, and what was written
+    through the link stays in its target, which nothing reaches any more."""
     result = _audit(
         tmp_path,
         ({}, {SITE: "/opt/pkgs"}),
         (_dist("opt/pkgs", "old", "1.0", {}), {}),
         ({f"{SITE}/.wh..wh..opq": b"", **_dist(SITE, "new", "2.0", {})}, {}),
+        parents=True,
     )
     assert _envs(result) == [(f"/{SITE}", None, "3.11", [("new", "2.0")])]
     kinds = sorted((c.kind.value, c.name) for c in result.steps[2].changes)
@@ -221,6 +238,57 @@ def test_opaque_directory_below_a_link_lands_through_it(tmp_path: Path) -> None:
     )
     assert _envs(result) == [(f"/{SITE}", "/opt/pkgs", "3.11", [("kept", "1.0")])]
     assert _why(result) == {}
+
+
+VENV = "opt/venv/lib/python3.11/site-packages"
+OPAQUE_WHY = (
+    "its directory is a lower layer's symbolic link to '/{real}' and the layer makes no "
+    "directory there; applied inside '/{real}', as containerd does (what the lower layers "
+    "had there is gone), but overlayfs-based runtimes replace the link with a new directory "
+    "and leave '/{real}' as it was"
+)
+
+
+@pytest.mark.parametrize("target", [f"/{VENV}", "venv/lib/python3.11/site-packages"])
+def test_opaque_marker_inside_a_linked_directory_empties_the_target(
+    tmp_path: Path, target: str
+) -> None:
+    """Issue 22: ``opt/link -> site-packages`` in a lower layer, then a layer holding only
+    ``opt/link/.wh..wh..opq`` and new files. containerd resolves the marker's directory
+    inside the root (``fs.RootPath``), so the venv loses the lower layer's distribution and
+    the new one lands in it. overlayfs keeps them instead (the test below, on a real
+    overlay mount), so the audit is also incomplete, naming the layer and the marker."""
+    layout = _layout(
+        tmp_path,
+        (_dist(VENV, "old", "1.0", {}), {}),
+        ({}, {"opt/link": target}),
+        ({"opt/link/.wh..wh..opq": b"", **_dist("opt/link", "new", "2.0", {})}, {}),
+    )
+    result = audit_image(layout)
+    assert _envs(result) == [(f"/{VENV}", None, "3.11", [("new", "2.0")])]
+    kinds = sorted((c.kind.value, c.name) for c in result.steps[2].changes)
+    assert kinds == [("added", "new"), ("removed", "old")]
+    third = result.steps[2]
+    marker = f"layer {third.layer_digest} (step {third.index}): opaque whiteout"
+    assert _why(result) == {
+        f"{marker} '/opt/link/.wh..wh..opq'": OPAQUE_WHY.format(real=VENV),
+    }
+    assert main(["audit", layout, "--no-cache"]) == 1  # incomplete: the gate fails
+
+
+def test_opaque_link_directory_made_by_the_layer_replaces_the_link(tmp_path: Path) -> None:
+    """The same marker in a layer that also has the directory entry ``opt/link/`` (what
+    ``rm opt/link && mkdir opt/link`` makes): the directory replaces the link, the venv keeps
+    its distribution, and the new one lies where no environment reaches it."""
+    result = _audit(
+        tmp_path,
+        (_dist(VENV, "old", "1.0", {}), {}),
+        ({}, {"opt/link": f"/{VENV}"}),
+        ({"opt/link/.wh..wh..opq": b"", **_dist("opt/link", "new", "2.0", {})}, {}),
+        parents=True,
+    )
+    assert _envs(result) == [(f"/{VENV}", None, "3.11", [("old", "1.0")])]
+    assert _why(result) == {"/opt/link/new-2.0.dist-info": OUTSIDE}
 
 
 def test_link_loop_is_bounded(tmp_path: Path) -> None:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import json
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
 
 from pinguard.cli import main
+from pinguard.testing.images import ImageWriter, layer_tar
 from tests.conftest import skopeo_copy
-from tests.infra.build import build_image, remove_image
+from tests.infra.build import build_image, mounted_image, remove_image
 from tests.infra.index import serve_index
+from tests.infra.tools import require_root
 from tests.infra.wheels import WheelSpec, build_wheel
 
 pytestmark = pytest.mark.integration
@@ -187,3 +190,54 @@ def test_a_directory_that_replaced_the_link_is_the_environment(
         ("removed", "symdemo"),
     ]
     assert code == 1  # symdemo's metadata is left where nothing reaches it
+
+
+# --- an opaque marker inside a linked directory, on a real overlay mount -----------------------
+
+OPQ_VENV = "opt/venv/lib/python3.11/site-packages"
+
+
+def _meta(name: str, version: str) -> bytes:
+    return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode()
+
+
+def test_overlayfs_keeps_the_target_of_a_link_an_opaque_marker_sits_in(tmp_path: Path) -> None:
+    """Issue 22's layer, ``opt/link -> /opt/venv/...site-packages`` below and then only
+    ``opt/link/.wh..wh..opq`` and a new dist-info, stored in containers-storage (its overlay
+    driver applies each layer into an empty directory) and mounted with overlayfs: the
+    link is now a directory holding the new files and the venv keeps its distribution,
+    where containerd's applier empties the venv instead. pinguard follows containerd and
+    reports the audit incomplete, so neither reading passes the gate unnoticed."""
+    require_root()
+    writer = ImageWriter(tmp_path / "layout")
+    layers = [
+        ({f"{OPQ_VENV}/old-1.0.dist-info/METADATA": _meta("old", "1.0")}, {}),
+        ({}, {"opt/link": f"/{OPQ_VENV}"}),
+        (
+            {
+                "opt/link/.wh..wh..opq": b"",
+                "opt/link/new-2.0.dist-info/METADATA": _meta("new", "2.0"),
+            },
+            {},
+        ),
+    ]
+    descs = [writer.layer(layer_tar(files, symlinks=links)) for files, links in layers]
+    image = writer.image(descs, [{"created_by": f"RUN step {i}"} for i in range(len(descs))])
+    index, _ = writer.index([image], tag="t")
+    writer.write_layout(index)
+    layout = f"oci:{tmp_path / 'layout'}:t"
+    tag = f"localhost/pinguard-test/opaque-link:{uuid.uuid4().hex[:12]}"
+    skopeo_copy(layout, f"containers-storage:{tag}")
+    try:
+        with mounted_image(tag) as root:
+            link = root / "opt/link"
+            assert not link.is_symlink()
+            assert link.is_dir()
+            assert sorted(p.name for p in link.iterdir()) == ["new-2.0.dist-info"]
+            assert (root / OPQ_VENV / "old-1.0.dist-info" / "METADATA").read_bytes() == _meta(
+                "old", "1.0"
+            )
+    finally:
+        remove_image(tag)
+    code = main(["audit", layout, "--no-cache", "--format", "json"])
+    assert code == 1

@@ -15,6 +15,7 @@ def sample() -> LayerAnalysis:
         hashes={"/z/x.py": "sha256=Zz", "/a/y.py": "sha256=Aa"},
         whiteouts=["/opt/venv", "/etc/old"],
         opaque=["/usr/lib/x", "/srv"],
+        opaque_made=["/usr/lib/x"],
         members=12,
         size=10240,
         unreadable=[("/p/q", "cannot read: Permission denied"), ("/a/b", "cannot read: gone")],
@@ -36,6 +37,7 @@ def test_json_shape_is_sorted_and_encodes_text_and_bytes() -> None:
         "hashes": {"/a/y.py": "sha256=Aa", "/z/x.py": "sha256=Zz"},
         "whiteouts": ["/etc/old", "/opt/venv"],
         "opaque": ["/srv", "/usr/lib/x"],
+        "opaque_made": ["/usr/lib/x"],
         "members": 12,
         "size": 10240,
         "unreadable": [["/a/b", "cannot read: gone"], ["/p/q", "cannot read: Permission denied"]],
@@ -56,6 +58,7 @@ def test_round_trip_through_json_text() -> None:
     assert back.hashes == original.hashes
     assert back.whiteouts == ["/etc/old", "/opt/venv"]
     assert back.opaque == ["/srv", "/usr/lib/x"]
+    assert back.opaque_made == ["/usr/lib/x"]
     assert (back.members, back.size) == (12, 10240)
     assert back.streamed == original.streamed
     assert back.links == original.links

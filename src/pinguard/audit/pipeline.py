@@ -396,6 +396,15 @@ def build_result(
             what = f"layer {layer.digest} (step {index}): {flag.subject()}"
             incomplete.setdefault((what, flag.why()), Incomplete(what, flag.why()))
         snap = state.apply(analysis)
+        for stored, real in state.opaque_through_links:  # where runtimes disagree
+            what = f"layer {layer.digest} (step {index}): opaque whiteout '{stored}/.wh..wh..opq'"
+            why = (
+                f"its directory is a lower layer's symbolic link to {real!r} and the layer "
+                f"makes no directory there; applied inside {real!r}, as containerd does (what "
+                "the lower layers had there is gone), but overlayfs-based runtimes replace the "
+                f"link with a new directory and leave {real!r} as it was"
+            )
+            incomplete.setdefault((what, why), Incomplete(what, why))
         if snap.native or previous.native:
             loader = LoaderConfig.of(
                 env,

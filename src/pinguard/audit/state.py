@@ -1,8 +1,10 @@
 """Replaying layer analyses into the state after each build step.
 
 Owns the OCI layer-application rules for the files pinguard keeps: an opaque whiteout
-hides everything the lower layers had below its directory (and replaces a link at its path:
-the layer made a directory there), a whiteout removes a path and
+hides everything the lower layers had below its directory, resolved through links as
+containerd resolves it (a marker below ``opt/link -> /opt/venv/...`` empties the link's
+target; when the layer also made a directory at a link's path, ``rm L && mkdir L``, the
+directory replaces the link instead), a whiteout removes a path and
 everything below it (a whiteout at the root, ``/.wh.opt``, removes ``/opt``), then the
 layer's links replace whatever was at their paths, and then its files are added. Every
 member lands where its directory resolves through the links kept so far, inside the root
@@ -78,6 +80,10 @@ class State(StateView):
         self._hashes: _Tree[str] = _Tree()
         self._streamed: _Tree[Mapping[str, object]] = _Tree()
         self._links: _Tree[str] = _Tree()
+        # (opaque directory as stored, the real directory it was applied to) for each
+        # opaque marker of the last layer applied whose directory is a lower layer's link
+        # (runtimes disagree there: docs/reliability.md)
+        self.opaque_through_links: list[tuple[str, str]] = []
         self.catalog = (analyzers or Analyzers.for_options(AnalyzerOptions())).catalog()
 
     @property
@@ -146,18 +152,26 @@ class State(StateView):
         inside a linked directory of the same layer lands through it)."""
         touched: list[str] = []
         memo: dict[str, str | None] = {}
+        self.opaque_through_links = []
+        made = set(layer.opaque_made)
         for stored in layer.opaque:
-            # An opaque marker says the layer holds a directory at this path: below a
-            # link it lands through it, but a link *at* the path was replaced by the new
-            # directory (``rm L && mkdir L``; overlayfs marks such a directory opaque), so the
-            # link goes and its target is left alone.
             path = self._landing(stored, memo)
-            if path in self._links.items:
+            if path in self._links.items and stored in made:
+                # The layer made a directory where a lower layer had a link (``rm L &&
+                # mkdir L``: buildah writes ``L/`` and ``L/.wh..wh..opq``): as containerd
+                # applies a directory entry over a link, the link goes and its target is
+                # left alone.
                 touched.extend(self._remove_tree(path, keep_root=False))
                 touched.append(path)
                 memo.clear()
-            else:
-                touched.extend(self._remove_tree(path, keep_root=True))
+                continue
+            # As containerd applies the marker: its directory resolved inside the root,
+            # through a link at the path itself too (``fs.RootPath``), loses what the lower
+            # layers had there.
+            real = resolve(stored, self._links.items) or path
+            if real != path:
+                self.opaque_through_links.append((stored, real))
+            touched.extend(self._remove_tree(real, keep_root=True))
         for stored in layer.whiteouts:
             path = self._landing(stored, memo)
             touched.extend(self._remove_tree(path, keep_root=False))

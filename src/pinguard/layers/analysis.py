@@ -2,8 +2,9 @@
 
 Owns ``LayerAnalysis`` (the unit the per-layer cache stores) and the two ways to make one:
 ``analyze_stream`` joins a raw blob stream to the verifier, the inflater and the tar walk, and
-records whiteouts and opaque whiteouts as the OCI image spec defines them (applying them to a
-state is ``pinguard.audit.state``'s job) and the member names the walk flagged
+records whiteouts and opaque whiteouts as the OCI image spec defines them, and which opaque
+directories the layer also made (a directory entry of their own; applying all this to a state
+is ``pinguard.audit.state``'s job), and the member names the walk flagged
 (``pinguard.layers.names``); ``analyze_directory`` gives the same analysis for a tree already
 on disk, never following a symlink. Nothing here knows about Python packaging:
 the selector says which paths matter.
@@ -53,6 +54,10 @@ class LayerAnalysis:
     hashes: dict[str, str] = field(default_factory=dict)  # path -> "sha256=<urlsafe b64>"
     whiteouts: list[str] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
+    # the opaque directories the layer also has a directory entry for: it made a directory
+    # at that path (``rm L && mkdir L``), which replaces a lower layer's link there; a marker
+    # without one is applied where its directory resolves, through such a link
+    opaque_made: list[str] = field(default_factory=list)
     members: int = 0
     size: int = 0  # uncompressed tar bytes
     # (path, reason) of selected files that could not be read (directories on disk only;
@@ -80,6 +85,7 @@ class LayerAnalysis:
             "hashes": dict(sorted(self.hashes.items())),
             "whiteouts": sorted(self.whiteouts),
             "opaque": sorted(self.opaque),
+            "opaque_made": sorted(self.opaque_made),
             "members": self.members,
             "size": self.size,
             "unreadable": [list(u) for u in sorted(self.unreadable)],
@@ -103,6 +109,7 @@ class LayerAnalysis:
             hashes=dict(data["hashes"]),  # type: ignore[call-overload]
             whiteouts=list(data["whiteouts"]),  # type: ignore[call-overload]
             opaque=list(data["opaque"]),  # type: ignore[call-overload]
+            opaque_made=list(data.get("opaque_made", [])),  # type: ignore[call-overload]
             members=int(data["members"]),  # type: ignore[call-overload]
             size=int(data["size"]),  # type: ignore[call-overload]
             unreadable=[(str(p), str(w)) for p, w in data.get("unreadable", [])],  # type: ignore[attr-defined]
@@ -226,6 +233,9 @@ def analyze_stream(
                 _record(result, member)
             src.drain()
             result.name_flags = names.flags()
+            if result.opaque:
+                made = set(names.directories)
+                result.opaque_made = sorted(p for p in set(result.opaque) if p in made)
             result.members = counter[0]
             result.size = src.total
             result.diff_id = f"{tar_hash.name}:{tar_hash.hexdigest()}"

@@ -168,6 +168,11 @@ class MemberNames:
         if directory:
             self._dirs.append(path)
 
+    @property
+    def directories(self) -> list[str]:
+        """The paths of the directory members seen so far."""
+        return self._dirs
+
     def _flag(self, flag: NameFlag) -> None:
         if len(self._unsafe) < LIMIT:
             self._unsafe.append(flag)
