@@ -10,20 +10,26 @@ an image into it with ``skopeo``; ``build_oci_layout`` writes a tiny single- or 
 OCI layout to push. ``HTTPFront`` is a forwarding proxy that can fail the first requests
 (503 + Retry-After) or redirect blob GETs elsewhere, and ``HeaderRecorder`` is a server that
 records what it was sent; tests use them to prove retries and credential hygiene over real
-HTTP. Every server binds 127.0.0.1 only and is stopped by its ``stop()`` (or ``with``).
+HTTP, and to build transport faults for real (a TCP RST mid-blob, a stall, bytes past a
+blob's size, raw answers no HTTP library would send). Every server binds 127.0.0.1 only and
+is stopped by its ``stop()`` (or ``with``).
 """
 
 from __future__ import annotations
 
+import array
 import base64
 import contextlib
+import fcntl
 import http.client
 import json
 import os
 import secrets
 import socket
+import ssl
 import struct
 import subprocess
+import termios
 import threading
 import time
 import urllib.error
@@ -174,10 +180,19 @@ class HTTPFront(_Server):
     ``transform`` (a hostile registry that also sends a matching Docker-Content-Digest).
     ``break_blobs``: break the first N blob GET bodies after half their bytes, by closing
     the connection (``break_mode="truncate"``) or resetting it with a TCP RST ("reset").
+    ``break_path(path)``: break only the blob GETs whose path it accepts (default: every
+    blob GET). ``break_after(n)``: how many body bytes the n-th break (from 0) sends before
+    it breaks (default: half the body). A reset closes the socket at once with ``SO_LINGER``
+    {1, 0}: the client reads the bytes sent, then gets ``ECONNRESET`` (no FIN first).
     ``set_cookie``: a ``Set-Cookie`` value added to every response.
     ``stall(path)``: for a blob GET whose path it accepts, send the headers and half the
     body, then hold the connection open, sending nothing, until ``stop()`` (a registry
     that hangs mid-blob). ``stalled`` counts the connections so held.
+    ``overrun(path)``: for a blob GET whose path it accepts, promise 1000 bytes more than
+    the blob has, send the blob and one byte more, then hold the connection like ``stall``.
+    ``raw(method, path)``: a ``RawAnswer`` to write to the socket as is instead of
+    forwarding the request (a bad status line, a broken chunked body, a redirect loop), or
+    None to forward it.
     Every request is kept in ``requests`` (headers included) for assertions."""
 
     def __init__(
@@ -192,11 +207,20 @@ class HTTPFront(_Server):
         header_transform: Callable[[str, bytes, dict[str, str]], dict[str, str]] | None = None,
         break_blobs: int = 0,
         break_mode: Literal["truncate", "reset"] = "truncate",
+        break_path: Callable[[str], bool] | None = None,
+        break_after: Callable[[int], int] | None = None,
         set_cookie: str | None = None,
         stall: Callable[[str], bool] | None = None,
+        overrun: Callable[[str], bool] | None = None,
+        raw: Callable[[str, str], RawAnswer | None] | None = None,
     ) -> None:
         self.upstream = upstream
         self.stall = stall
+        self.overrun = overrun
+        self.raw = raw
+        self.break_path = break_path
+        self.break_after = break_after
+        self.breaks = 0  # bodies broken so far
         self.stalled = 0
         self.released = threading.Event()
         self.transform = transform
@@ -217,7 +241,44 @@ class HTTPFront(_Server):
         super().stop()
 
 
+@dataclass(frozen=True)
+class RawAnswer:
+    """Bytes ``HTTPFront`` writes to the client as they are, and what it does then: close the
+    connection (FIN), reset it (RST) or hold it open sending nothing until the front stops."""
+
+    data: bytes
+    then: Literal["close", "reset", "hang"] = "close"
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a TCP RST: ``SO_LINGER`` {1, 0}, then ``close()``, once every byte
+    written was acknowledged by the client (``TIOCOUTQ``, the unsent and unacknowledged
+    bytes, is 0; at most 10 s): an RST discards what is still queued for sending, so the
+    client reads exactly the bytes written, then ``ECONNRESET``."""
+    deadline = time.monotonic() + 10
+    queued = array.array("i", [1])
+    while time.monotonic() < deadline:
+        fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, queued)
+        if queued[0] == 0:
+            break
+        time.sleep(0.001)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
 class _FrontHandler(_Handler):
+    def _raw(self, answer: RawAnswer) -> None:
+        owner: HTTPFront = self.owner
+        self.wfile.write(answer.data)
+        self.wfile.flush()
+        self.close_connection = True
+        if answer.then == "reset":
+            _reset(self.connection)
+        elif answer.then == "hang":
+            with owner.lock:
+                owner.stalled += 1
+            owner.released.wait()
+
     def _handle(self) -> None:
         owner: HTTPFront = self.owner
         body = self._body()
@@ -226,6 +287,10 @@ class _FrontHandler(_Handler):
             failing = owner.fail_remaining > 0
             if failing:
                 owner.fail_remaining -= 1
+        answer = owner.raw(self.command, self.path) if owner.raw is not None else None
+        if answer is not None:
+            self._raw(answer)
+            return
         if failing:
             headers = {"Retry-After": owner.retry_after} if owner.retry_after is not None else {}
             self._reply(owner.fail_status, b"try again later", headers)
@@ -251,11 +316,24 @@ class _FrontHandler(_Handler):
                 and self.command == "GET"
                 and "/blobs/" in self.path
                 and status == 200
+                and (owner.break_path is None or owner.break_path(self.path))
             )
+            nth = owner.breaks
             if breaking:
                 owner.break_remaining -= 1
+                owner.breaks += 1
         if breaking:
-            self._break(status, payload, out, owner.break_mode)
+            cut = owner.break_after(nth) if owner.break_after is not None else len(payload) // 2
+            self._break(status, payload, out, owner.break_mode, cut)
+            return
+        if (
+            owner.overrun is not None
+            and self.command == "GET"
+            and "/blobs/" in self.path
+            and status == 200
+            and owner.overrun(self.path)
+        ):
+            self._overrun(status, payload, out)
             return
         if (
             owner.stall is not None
@@ -277,22 +355,42 @@ class _FrontHandler(_Handler):
         owner.released.wait()
         self.close_connection = True
 
-    def _send_half(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
-        """Promise the whole body and send half of it."""
+    def _send_half(
+        self, status: int, body: bytes, headers: Mapping[str, str], cut: int | None = None
+    ) -> None:
+        """Promise the whole body and send its first ``cut`` bytes (default: half)."""
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body[: len(body) // 2])
+        self.wfile.write(body[: len(body) // 2 if cut is None else cut])
         self.wfile.flush()
 
-    def _break(self, status: int, body: bytes, headers: Mapping[str, str], mode: str) -> None:
-        """Promise the whole body, send half, then close or reset the connection."""
-        self._send_half(status, body, headers)
+    def _break(
+        self, status: int, body: bytes, headers: Mapping[str, str], mode: str, cut: int
+    ) -> None:
+        """Promise the whole body, send ``cut`` bytes, then close or reset the connection."""
+        self._send_half(status, body, headers, cut)
+        self.close_connection = True
         if mode == "reset":
-            # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # At once, with SO_LINGER {1, 0}: close() sends RST. (Left to the server, the
+            # socket would be shut down for writing first, and the client would see a FIN.)
+            _reset(self.connection)
+
+    def _overrun(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        """Promise 1000 bytes more than the blob, send it and one byte more, then hang."""
+        owner: HTTPFront = self.owner
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body) + 1000))
+        self.end_headers()
+        self.wfile.write(body + b"\0")
+        self.wfile.flush()
+        with owner.lock:
+            owner.stalled += 1
+        owner.released.wait()
         self.close_connection = True
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
@@ -433,6 +531,49 @@ class _TokenHandler(_Handler):
             self._grant(form, owner.username)
         else:
             self._reply(401, b'{"error":"invalid_grant"}')
+
+
+def tls_context(workdir: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server-side TLS context with a fresh self-signed ``openssl`` certificate for
+    127.0.0.1, and the certificate's path (trust it with ``REQUESTS_CA_BUNDLE``, or not)."""
+    openssl = require_tool("openssl")
+    key, cert = workdir / "key.pem", workdir / "cert.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key)),
+            *("-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context, cert
+
+
+@contextlib.contextmanager
+def full_listener() -> Iterator[str]:
+    """``127.0.0.1:PORT`` of a socket that listens but whose accept queue is full (a backlog
+    of 0, filled by connections nobody accepts): the kernel drops a new connection's SYN,
+    so connecting to it times out, as to a host that drops packets."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    fillers: list[socket.socket] = []
+    try:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        address = server.getsockname()
+        for _ in range(3):
+            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            fillers.append(filler)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(address)
+        yield f"127.0.0.1:{address[1]}"
+    finally:
+        for filler in fillers:
+            filler.close()
+        server.close()
 
 
 # --- the registry process -----------------------------------------------------------------------

@@ -17,8 +17,6 @@ import hashlib
 import json
 import re
 import shutil
-import ssl
-import subprocess
 import tarfile
 import time
 from collections.abc import Callable
@@ -46,8 +44,8 @@ from tests.infra.registry import (
     _Handler,
     _Server,
     build_oci_layout,
+    tls_context,
 )
-from tests.infra.tools import require_tool
 from tests.sources.conftest import ConfigWriter, Images
 
 pytestmark = pytest.mark.integration
@@ -441,30 +439,13 @@ def test_cookies_are_not_sent_to_another_port(
         assert all("Cookie" not in r.headers for r in front.requests)
 
 
-def _tls_context(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
-    openssl = require_tool("openssl")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [
-            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key)),
-            *("-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"),
-            *("-addext", "subjectAltName=IP:127.0.0.1"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    return context, cert
-
-
 class _DowngradeHandler(_Handler):
     def do_GET(self) -> None:
         self._reply(302, b"", {"Location": f"{self.owner.plain}{self.path}"})
 
 
 def test_https_to_http_redirect_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    context, cert = _tls_context(tmp_path)
+    context, cert = tls_context(tmp_path)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
     with HeaderRecorder(host="127.0.0.1") as plain, _Server(_DowngradeHandler) as tls:
         tls.plain = plain.url  # type: ignore[attr-defined]
