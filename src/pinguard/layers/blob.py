@@ -1,7 +1,8 @@
 """Raw layer blobs: verifying them while they stream, and inflating them.
 
 Owns the byte level below the tar walk. ``VerifyingReader`` hashes and counts a blob as it is
-read (optionally a few chunks ahead in a prefetch thread) and ``finish`` raises
+read (optionally a few chunks ahead in a prefetch thread), never reading more than one byte
+past the declared size (that byte is refused at once), and ``finish`` raises
 ``BlobVerificationError`` on a digest or size mismatch at the end of the stream, never a
 partial pass. ``inflated_chunks`` sniffs the magic bytes and yields the decompressed tar in
 large chunks: gzip (concatenated members allowed) through isal when present, else zlib; zstd
@@ -81,7 +82,14 @@ class VerifyingReader:
             self._thread.start()
 
     def _take(self, n: int) -> bytes:
-        """Read, hash and count up to ``n`` raw bytes (in whichever thread fetches)."""
+        """Read, hash and count up to ``n`` raw bytes (in whichever thread fetches).
+
+        With a declared size, never more than one byte past it is asked for: that byte is
+        enough to refuse the blob, and a source that sends it and then stalls is not
+        waited on for the rest of a larger read."""
+        if self._size is not None:
+            left = self._size + 1 - self.count
+            n = left if n < 0 else min(n, left)
         data = self._raw.read(n)
         if data:
             self._hash.update(data)

@@ -12,11 +12,19 @@ connection errors, honouring ``Retry-After``, at most ``max_retries`` times. Red
 followed by hand so the ``Authorization`` header never leaves the registry's origin, and
 no credential ever appears in an error message or a log line. The HTTP session is created
 lazily per process, so a source can be pickled or used after ``fork``.
+
+Every error the HTTP stack can raise (the whole ``requests.exceptions`` and
+``urllib3.exceptions`` trees, ``http.client``'s and the socket's ``OSError``s, listed once in
+``TRANSPORT_ERRORS``) is caught where a request is sent or a body read and becomes one
+``SourceError`` line naming the object, the host and the innermost cause
+(``transport_reason``), never a traceback. A blob is never read past its descriptor's size
+plus one byte, so an oversized blob is refused as soon as that byte arrives.
 """
 
 from __future__ import annotations
 
 import email.utils
+import http.client
 import http.cookiejar
 import io
 import ipaddress
@@ -25,6 +33,7 @@ import logging
 import os
 import random
 import re
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,6 +79,29 @@ BACKOFF_CAP = 30.0
 BLOB_BUFFER = 1024 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _NOT_RETRYABLE_5XX = frozenset({501, 505})
+
+#: What requests, urllib3 and the sockets below them raise while a request is sent or its
+#: body read: the whole ``requests.exceptions`` tree, the whole ``urllib3.exceptions`` tree
+#: (a raw body read raises those unwrapped), ``http.client``'s (urllib3 wraps them, but not
+#: on every path), ``OSError`` (a socket, ``ssl.SSLError``, a timeout) and urllib3's one
+#: exception outside its ``HTTPError`` tree (``ProxySchemeUnsupported``, a ``ValueError``).
+#: Every call into the HTTP stack here catches exactly these;
+#: tests/sources/test_transport_errors.py checks that each class of both trees is among them.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    urllib3.exceptions.ProxySchemeUnsupported,
+    http.client.HTTPException,
+    OSError,
+)
+#: Errors worth another attempt: the connection failed, timed out or broke mid-answer. Any
+#: other transport error (an invalid URL or redirect target, an unsupported scheme, a body
+#: that cannot be decoded) would fail the same way again.
+_RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+)
 # --- hosts and challenges -------------------------------------------------------------
 
 
@@ -149,6 +181,58 @@ def _retryable(status: int) -> bool:
     return status == 429 or (status >= 500 and status not in _NOT_RETRYABLE_5XX)
 
 
+def _inner(exc: BaseException) -> BaseException | None:
+    """The error ``exc`` wraps: urllib3's ``reason`` (``MaxRetryError``, ``ProxyError``),
+    ``__cause__``, or an exception among its ``args`` (requests' ``ConnectionError(e)``,
+    urllib3's ``ProtocolError('Connection broken', ConnectionResetError(...))``)."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, BaseException):
+        return reason
+    if exc.__cause__ is not None:
+        return exc.__cause__
+    return next((a for a in exc.args if isinstance(a, BaseException)), None)
+
+
+def transport_reason(exc: BaseException) -> str:
+    """A one-line account of a transport error: its class and the innermost cause, e.g.
+    ``ProtocolError: ConnectionResetError (Connection reset by peer)``.
+
+    Only class names, errno texts and OpenSSL reason codes are shown, never ``str(exc)``:
+    requests and urllib3 put URLs in their messages, and a redirect target's query may carry
+    a pre-signed credential."""
+    root, seen = exc, {id(exc)}
+    while (inner := _inner(root)) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        root = inner
+    text = type(exc).__name__
+    if root is not exc:
+        name = type(root).__name__
+        text += f": {type(root).__module__}.{name}" if name == "error" else f": {name}"
+    detail = ""
+    if isinstance(root, ssl.SSLError):
+        detail = str(getattr(root, "verify_message", "") or root.reason or "")
+    elif isinstance(root, OSError):
+        detail = root.strerror or ""
+    if isinstance(root, TimeoutError) and not detail:
+        detail = "timed out"
+    return f"{text} ({detail})" if detail else text
+
+
+def _attempts(n: int) -> str:
+    return "1 attempt" if n == 1 else f"{n} attempts"
+
+
+def _join(url: str, location: str, what: str, host: str) -> str:
+    """``location`` (a redirect or upload target) made absolute against ``url``."""
+    try:
+        target = urljoin(url, location)
+        urlsplit(target).port  # noqa: B018 - raises ValueError on a port that is not one
+    except ValueError:
+        # not quoted: a location may carry a pre-signed credential in its query
+        raise SourceError(f"{what}: {host} sent a location that is not a valid URL") from None
+    return target
+
+
 class _BrokenBody(SourceError):
     """A response body that broke off while being read (reset, truncated)."""
 
@@ -180,9 +264,14 @@ class _Token:
 class _ResponseStream(io.RawIOBase):
     """The raw (undecoded) body of a streamed blob response; ``close`` releases it.
 
-    A read that fails mid-body, or an end of body before ``size`` bytes (or before the
-    response's Content-Length), reopens the blob with ``opener`` and skips the bytes already
-    delivered, at most ``retries`` times; the caller's digest check covers the whole."""
+    A read that fails mid-body (any of ``TRANSPORT_ERRORS``), or an end of body before
+    ``size`` bytes (or before the response's Content-Length), reopens the blob with
+    ``opener`` and skips the bytes already delivered, at most ``retries`` times; a failure
+    while reopening or skipping counts as one more attempt. Past that it raises
+    ``SourceError`` naming the blob, its host and the cause. With ``size`` known, no more
+    than ``size + 1`` bytes are ever read: that one byte too many is enough for the verifier
+    to refuse the blob, so a server that sends it and stalls is not waited for. The caller's
+    digest check covers the whole."""
 
     def __init__(
         self,
@@ -195,6 +284,8 @@ class _ResponseStream(io.RawIOBase):
         self._opener = opener
         self._what = what
         self._retries_left = retries
+        self._attempts = 1
+        self._size = size
         self._response: requests.Response | None = opener()
         self._delivered = 0
         self._expected = size if size is not None else _content_length(self._response)
@@ -203,19 +294,20 @@ class _ResponseStream(io.RawIOBase):
         return True
 
     def _read(self, n: int) -> bytes:
+        if self._response is None:
+            self._reopen()
         assert self._response is not None
+        if self._size is not None:
+            n = min(n, self._size + 1 - self._delivered)
+            if n <= 0:
+                return b""  # one byte past the size was delivered: the verifier refuses it
         data = self._response.raw.read(n, decode_content=False)
         if not data and self._expected is not None and self._delivered < self._expected:
             raise urllib3.exceptions.IncompleteRead(self._delivered, self._expected)
         return bytes(data)
 
-    def _reopen(self, cause: BaseException) -> None:
-        if self._retries_left <= 0:
-            raise SourceError(
-                f"reading {self._what} failed after {self._delivered} bytes: {type(cause).__name__}"
-            ) from cause
-        self._retries_left -= 1
-        log.debug("%s broke after %d bytes; fetching it again", self._what, self._delivered)
+    def _reopen(self) -> None:
+        """A fresh response positioned after the bytes already delivered."""
         if self._response is not None:
             self._response.close()
         self._response = None
@@ -232,12 +324,20 @@ class _ResponseStream(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         while True:
             try:
-                if self._response is None:
-                    raise urllib3.exceptions.ProtocolError("no response")
                 data = self._read(len(view))
                 break
-            except (urllib3.exceptions.HTTPError, OSError, requests.RequestException) as exc:
-                self._reopen(exc)
+            except TRANSPORT_ERRORS as exc:
+                if self._response is not None:
+                    self._response.close()
+                    self._response = None  # the next attempt reopens
+                if self._retries_left <= 0:
+                    raise SourceError(
+                        f"reading {self._what} failed after {self._delivered} bytes "
+                        f"({_attempts(self._attempts)}): {transport_reason(exc)}"
+                    ) from exc
+                self._retries_left -= 1
+                self._attempts += 1
+                log.debug("%s broke after %d bytes; fetching it again", self._what, self._delivered)
         n = len(data)
         view[:n] = data
         self._delivered += n
@@ -398,7 +498,8 @@ class RegistrySource(ImageSource):
             url = realm + ("&" if parts.query else "?") + urlencode(query)
             if creds is not None and creds.has_basic:
                 auth = creds.basic_header()
-        response = self._send_with_retries(method, url, {}, auth, stream=True, data=data)
+        what = f"token for {self.ref.repository} from {parts.netloc}"
+        response = self._send_with_retries(method, url, {}, auth, what=what, stream=True, data=data)
         try:
             if response.status_code in (401, 403):
                 if creds is None:
@@ -444,6 +545,7 @@ class RegistrySource(ImageSource):
         headers: Mapping[str, str],
         auth: str | None,
         *,
+        what: str,
         stream: bool,
         data: Mapping[str, str] | bytes | None = None,
     ) -> requests.Response:
@@ -455,21 +557,30 @@ class RegistrySource(ImageSource):
             request_headers = dict(headers)
             if carry_auth and auth is not None:
                 request_headers["Authorization"] = auth
-            response = session.request(
-                method,
-                url,
-                headers=request_headers,
-                data=data,
-                stream=stream,
-                allow_redirects=False,
-                timeout=self.options.timeout,
-                auth=_NoNetrc(),
-            )
+            try:
+                response = session.request(
+                    method,
+                    url,
+                    headers=request_headers,
+                    data=data,
+                    stream=stream,
+                    allow_redirects=False,
+                    timeout=self.options.timeout,
+                    auth=_NoNetrc(),
+                )
+            except TRANSPORT_ERRORS:
+                raise
+            except ValueError:
+                # requests parses a redirect's Location even when not following it, and
+                # urllib.parse raises a plain ValueError ("Invalid IPv6 URL")
+                raise SourceError(
+                    f"{what}: {urlsplit(url).netloc} sent a location that is not a valid URL"
+                ) from None
             location = response.headers.get("Location")
             if response.status_code not in _REDIRECTS or not location:
                 return response
             response.close()
-            target = urljoin(url, location)
+            target = _join(url, location, what, urlsplit(url).netloc)
             if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
                 raise SourceError(
                     f"{self.ref.api_host} redirected from https to {urlsplit(target).scheme}; "
@@ -483,7 +594,9 @@ class RegistrySource(ImageSource):
             ):
                 method, data = "GET", None
             log.debug("following a redirect to %s", _origin(url)[1])
-        raise SourceError(f"too many redirects fetching from {self.ref.api_host}")
+        raise SourceError(
+            f"{what}: too many redirects (more than {MAX_REDIRECTS}) from {self.ref.api_host}"
+        )
 
     def _send_with_retries(
         self,
@@ -492,19 +605,30 @@ class RegistrySource(ImageSource):
         headers: Mapping[str, str],
         auth: str | None,
         *,
+        what: str,
         stream: bool,
         data: Mapping[str, str] | bytes | None = None,
     ) -> requests.Response:
+        """``_send`` again after a retryable status or transport error, with backoff. Any
+        transport error, at the last attempt or not worth another, is a ``SourceError``
+        naming ``what``, the host and the cause."""
         attempt = 0
         while True:
             try:
-                response = self._send(method, url, headers, auth, stream=stream, data=data)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt >= self.options.max_retries:
-                    host = urlsplit(url).netloc
+                response = self._send(
+                    method, url, headers, auth, what=what, stream=stream, data=data
+                )
+            except TRANSPORT_ERRORS as exc:
+                host = urlsplit(url).netloc
+                if not isinstance(exc, _RETRYABLE_ERRORS):
                     raise SourceError(
-                        f"cannot reach {host} after {attempt + 1} attempts: {type(exc).__name__}"
-                    ) from None
+                        f"{what}: request to {host} failed: {transport_reason(exc)}"
+                    ) from exc
+                if attempt >= self.options.max_retries:
+                    raise SourceError(
+                        f"{what}: request to {host} failed after {_attempts(attempt + 1)}: "
+                        f"{transport_reason(exc)}"
+                    ) from exc
                 delay = _backoff(attempt)
             else:
                 if not _retryable(response.status_code) or attempt >= self.options.max_retries:
@@ -526,16 +650,17 @@ class RegistrySource(ImageSource):
         url: str,
         headers: Mapping[str, str],
         *,
+        what: str,
         stream: bool,
         method: str = "GET",
         body: bytes | None = None,
     ) -> requests.Response:
-        """One registry request (GET unless told): retries, then one authentication round
-        on a 401."""
+        """One registry request (GET unless told) for ``what`` (named in every error):
+        retries, then one authentication round on a 401."""
         authenticated = False
         while True:
             response = self._send_with_retries(
-                method, url, headers, self._auth_header(), stream=stream, data=body
+                method, url, headers, self._auth_header(), what=what, stream=stream, data=body
             )
             if response.status_code != 401 or _origin(response.url) != _origin(url):
                 if response.status_code == 403 and _origin(response.url) == _origin(url):
@@ -562,8 +687,10 @@ class RegistrySource(ImageSource):
                 if total > limit:
                     raise SourceError(f"{what} is larger than {limit} bytes")
                 chunks.append(chunk)
-        except requests.RequestException as exc:
-            raise _BrokenBody(f"reading {what} failed: {type(exc).__name__}") from None
+        except TRANSPORT_ERRORS as exc:
+            raise _BrokenBody(
+                f"reading {what} failed after {total} bytes: {transport_reason(exc)}"
+            ) from exc
         return b"".join(chunks)
 
     def _get_small(
@@ -573,7 +700,7 @@ class RegistrySource(ImageSource):
         again, at most ``max_retries`` times."""
         attempt = 0
         while True:
-            response = self._request(url, headers, stream=True)
+            response = self._request(url, headers, what=what, stream=True)
             self._check_status(response, what)
             try:
                 return self._read_limited(response, limit, what), response.headers
@@ -762,7 +889,7 @@ class RegistrySource(ImageSource):
         url = self._blob_url(layer.digest)
 
         def opener() -> requests.Response:
-            response = self._request(url, {}, stream=True)
+            response = self._request(url, {}, what=what, stream=True)
             self._check_status(response, what)
             return response
 
@@ -786,7 +913,7 @@ class RegistrySource(ImageSource):
     def has_blob(self, digest: str) -> bool:
         """HEAD the blob: True when the repository already holds it."""
         what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(self._blob_url(digest), {}, stream=True, method="HEAD")
+        response = self._request(self._blob_url(digest), {}, what=what, stream=True, method="HEAD")
         response.close()
         if response.status_code == 404:
             return False
@@ -801,13 +928,16 @@ class RegistrySource(ImageSource):
             return digest
         where = f"{self.ref.api_host}/{self.ref.repository}"
         start = f"{self.base_url}/v2/{self.ref.repository}/blobs/uploads/"
-        response = self._request(start, {"Content-Length": "0"}, stream=False, method="POST")
+        what = f"starting a blob upload to {where}"
+        response = self._request(
+            start, {"Content-Length": "0"}, what=what, stream=False, method="POST"
+        )
         response.close()
-        self._check_push(response, f"starting a blob upload to {where}")
+        self._check_push(response, what)
         location = response.headers.get("Location")
         if not location:
             raise SourceError(f"registry {self.ref.api_host} started an upload with no Location")
-        url = urljoin(start, location)
+        url = _join(start, location, what, self.ref.api_host)
         if _origin(url) != _origin(self.base_url):
             raise SourceError(
                 f"registry {self.ref.api_host} sent the upload to another host "
@@ -815,9 +945,10 @@ class RegistrySource(ImageSource):
             )
         url += ("&" if urlsplit(url).query else "?") + urlencode({"digest": digest})
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
-        response = self._request(url, headers, stream=False, method="PUT", body=data)
+        what = f"uploading blob {digest} to {where}"
+        response = self._request(url, headers, what=what, stream=False, method="PUT", body=data)
         response.close()
-        self._check_push(response, f"uploading blob {digest} to {where}")
+        self._check_push(response, what)
         return digest
 
     def push_manifest(self, reference: str, body: bytes, media_type: str) -> Mapping[str, str]:
@@ -827,7 +958,7 @@ class RegistrySource(ImageSource):
         url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
         what = f"pushing manifest {reference} to {self.ref.api_host}/{self.ref.repository}"
         headers = {"Content-Type": media_type, "Content-Length": str(len(body))}
-        response = self._request(url, headers, stream=False, method="PUT", body=body)
+        response = self._request(url, headers, what=what, stream=False, method="PUT", body=body)
         response.close()
         self._check_push(response, what)
         return response.headers  # case-insensitive
@@ -835,11 +966,11 @@ class RegistrySource(ImageSource):
     def referrers_page(self, url: str, accept: str) -> tuple[bytes, Mapping[str, str]] | None:
         """GET one page of the referrers API (``url`` absolute or ``/v2/...``); None on 404,
         which is how a registry without the API answers."""
-        url = urljoin(self.base_url, url)
+        url = _join(self.base_url, url, f"referrers of {self.ref.api_host}", self.ref.api_host)
         if _origin(url) != _origin(self.base_url):
             raise SourceError(f"registry {self.ref.api_host} paged referrers to another host")
         what = f"referrers {urlsplit(url).path} of {self.ref.api_host}"
-        response = self._request(url, {"Accept": accept}, stream=True)
+        response = self._request(url, {"Accept": accept}, what=what, stream=True)
         if response.status_code == 404:
             response.close()
             return None
@@ -864,6 +995,8 @@ class RegistrySource(ImageSource):
             errors = response.json().get("errors") if response.content else None
             if isinstance(errors, list) and errors and isinstance(errors[0], dict):
                 detail = f": {errors[0].get('code')} {errors[0].get('message')!r}"
-        except (ValueError, AttributeError, requests.RequestException):
+        except (ValueError, AttributeError):
+            pass
+        except TRANSPORT_ERRORS:
             pass
         raise SourceError(f"{what}: registry answered HTTP {status}{detail}")
