@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="site-packages to pin (default: the one the bad step changed)",
     )
     p.add_argument(
+        "-f",
         "--format",
         choices=("pip", "uv", "pylock"),
         default="pip",
