@@ -5,12 +5,16 @@ written as a real OCI archive, copied into the other forms with skopeo."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+import pinguard
 from pinguard.cli import main
 from pinguard.testing.demo import build_demo
 from tests.infra.cli import cli_streams
@@ -142,3 +146,145 @@ def test_every_format_option_has_the_short_flag(
     err = capsys.readouterr().err
     assert "argument -f/--format: invalid choice: 'no-such-format'" in err
     assert value in err
+
+
+# --------------------------------------------------------------------------- headers
+
+
+def test_every_format_names_the_policy_its_digest_and_the_version(
+    demo_tar: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A discovered pinguard.toml is named, with the sha256 of its bytes, in the header of
+    every format; so are the platform and pinguard's version."""
+    work = tmp_path / "project"
+    work.mkdir()
+    policy = work / "pinguard.toml"
+    policy.write_text('[[pin]]\npackage = "nvidia-nccl-cu13"\nversion = ">=2.30,<2.31"\n')
+    digest = "sha256:" + hashlib.sha256(policy.read_bytes()).hexdigest()
+    path = str(policy.resolve())
+    monkeypatch.chdir(work)
+    outputs = {}
+    for fmt in ("table", "json", "sarif", "junit", "markdown", "html", "cyclonedx", "spdx"):
+        code, out, err = cli_streams("audit", str(demo_tar), "--no-cache", "-f", fmt)
+        assert code == 1, err
+        outputs[fmt] = out
+    assert f"pinguard {pinguard.__version__}  policy: {path} (discovered, {digest[:19]})" in (
+        outputs["table"].splitlines()
+    )
+    doc = json.loads(outputs["json"])
+    assert doc["pinguard"] == {"version": pinguard.__version__}
+    assert doc["policy"] == {"source": "discovered", "files": [{"path": path, "digest": digest}]}
+    assert doc["image"]["platform"] == "linux/amd64"
+    run = json.loads(outputs["sarif"])["runs"][0]
+    assert run["properties"]["policy"] == doc["policy"]
+    assert run["tool"]["driver"]["version"] == pinguard.__version__
+    suite = ET.fromstring(outputs["junit"])
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["policy:source"] == "discovered"
+    assert props["policy:file"] == f"{path} {digest}"
+    assert props["pinguard:version"] == pinguard.__version__
+    assert props["platform"] == "linux/amd64"
+    assert (
+        f"pinguard `{pinguard.__version__}`, policy: {path} (discovered, {digest[:19]})."
+        in (outputs["markdown"])
+    )
+    assert f'<dd class="policy">{path} (discovered, {digest[:19]})</dd>' in outputs["html"]
+    bom = json.loads(outputs["cyclonedx"])
+    assert {"name": "pinguard:policy:file", "value": f"{path} {digest}"} in bom["metadata"][
+        "properties"
+    ]
+    spdx = json.loads(outputs["spdx"])
+    assert (
+        f"policy:source=discovered; policy:file={path} {digest}"
+        in (spdx["creationInfo"]["comment"])
+    )
+    # --policy FILE: "given", with the same digest; --policy none says so
+    code, out, _ = cli_streams(
+        "audit", str(demo_tar), "--no-cache", "-f", "json", "--policy", "pinguard.toml"
+    )
+    assert json.loads(out)["policy"] == {
+        "source": "given",
+        "files": [{"path": "pinguard.toml", "digest": digest}],
+    }
+    code, out, _ = cli_streams("audit", str(demo_tar), "--no-cache", "--policy", "none")
+    assert "policy: none (--policy none: an inventory)" in out
+
+
+# --------------------------------------------------------------------------- summary first
+
+
+def _rootfs(root: Path, per_env: int) -> list[str]:
+    """A root filesystem with four environments of ``per_env`` distributions each."""
+    names = []
+    for env in (
+        "usr/lib/python3/dist-packages",
+        "usr/local/lib/python3.11/site-packages",
+        "opt/venv/lib/python3.11/site-packages",
+        "opt/tools/lib/python3.11/site-packages",
+    ):
+        for i in range(per_env):
+            name = f"pkg-{i:03d}"
+            info = root / env / f"pkg_{i:03d}-1.{i}.dist-info"
+            info.mkdir(parents=True)
+            requires = f"Requires-Dist: pkg-{i + 1:03d}\n" if i + 1 < per_env else ""
+            (info / "METADATA").write_text(
+                f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.{i}\n{requires}"
+            )
+            names.append(name)
+    return names
+
+
+def test_a_big_root_filesystem_fits_one_screen(tmp_path: Path) -> None:
+    """`pinguard audit DIR` of a root filesystem with 264 distributions in four environments
+    prints the header, the summary and the flagged rows: a screen, not 22,000 lines (each
+    distribution with its cause chain). `--all` lists every one; JSON is unchanged by it."""
+    root = tmp_path / "rootfs"
+    names = _rootfs(root, 66)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[forbidden]]\npackage = "pkg-007"\nversion = "1.7"\nreason = "bad"\n')
+    code, out, err = cli_streams("audit", str(root), "--no-cache", "--policy", str(policy))
+    assert code == 1, err  # pkg-007 1.7 is forbidden
+    lines = out.splitlines()
+    head = lines[: lines.index("")]  # header, summary, findings count, steps: one screen
+    assert len(head) <= 20, out
+    assert [ln.split("│")[1].strip() for ln in head if ln.startswith("│ /")] == [
+        "/opt/tools/lib/python3.11/site-packages",
+        "/opt/venv/lib/python3.11/site-packages",
+        "/usr/lib/python3/dist-packages",
+        "/usr/local/lib/python3.11/site-packages",
+    ]
+    assert "  step 1   +264" in out
+    assert len(lines) < 80, out  # then the flagged rows (a 7-deep cause chain each)
+    assert "findings: 4 errors, 0 warnings, 0 info" in out
+    # only the flagged distribution is listed, once per environment, with its reason
+    listed = [ln for ln in lines if "│ added" in ln]
+    assert len(listed) == 4
+    assert all("pkg-007" in ln for ln in listed)
+    assert "260 distribution(s) added to environments new in their step" in out
+    code, full, _ = cli_streams("audit", str(root), "--no-cache", "--policy", str(policy), "--all")
+    assert code == 1
+    rows = [ln for ln in full.splitlines() if "│ added" in ln]
+    assert len(rows) == 264
+    assert {ln.split("│")[2].strip() for ln in rows} == set(names)
+
+
+def test_json_carries_the_tables_reasons_in_cause_order(demo_tar: Path) -> None:
+    """What a step asked for has a reason in the JSON too, worded as in the table, and a
+    cause chain reads nearest cause first; the document validates against its schema."""
+    code, out, _ = cli_streams("audit", str(demo_tar), "--no-cache", "-f", "json")
+    assert code == 1
+    doc = json.loads(out)
+    schema = json.loads(
+        (Path(pinguard.__file__).parent / "schemas/audit-v1.schema.json").read_text()
+    )
+    jsonschema.validate(doc, schema)
+    changes = {(s["index"], c["name"]): c for s in doc["steps"] for c in s["changes"]}
+    torch = changes[(3, "torch")]
+    assert torch["causes"] == []
+    assert torch["reasons"] == ["asked for by this step (torch==2.11.0+cu130)"]
+    nccl = changes[(6, "nvidia-nccl-cu13")]
+    assert nccl["reasons"] == [
+        'torch 2.12.1+cu130 requires nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',
+        "flashinfer-python 0.6.18.dev20261120 requires torch>=2.12",
+    ]
+    assert [c["package"] for c in nccl["causes"]] == ["torch", "flashinfer-python"]

@@ -34,6 +34,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
+        "--all",
+        action="store_true",
+        dest="show_all",
+        help="list every change in the table, Markdown and HTML, also the distributions a "
+        "step added to an environment new in that step (a base image's inventory; the summary "
+        "counts them)",
+    )
+    p.add_argument(
         "--dockerfile", metavar="PATH", help="point SARIF results at this Dockerfile's lines"
     )
     add_image_options(p)
@@ -49,6 +57,7 @@ def render_options(args: argparse.Namespace, watch: tuple[str, ...] = ()) -> Ren
         allow_no_python=args.allow_no_python,
         dockerfile=getattr(args, "dockerfile", None),
         watch=watch,
+        show_all=getattr(args, "show_all", False),
     )
 
 

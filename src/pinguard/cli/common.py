@@ -284,7 +284,7 @@ def judge(
         today=_dt.date.today(),
         file_digests=dict(result.file_digests) if args.verify_records else None,
     )
-    return dataclasses.replace(result, findings=tuple(findings))
+    return dataclasses.replace(result, findings=tuple(findings), policy=policy.source)
 
 
 def require_complete(result: AuditResult, args: argparse.Namespace, output: str) -> None:
