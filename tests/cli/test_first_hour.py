@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -288,3 +289,35 @@ def test_json_carries_the_tables_reasons_in_cause_order(demo_tar: Path) -> None:
         "flashinfer-python 0.6.18.dev20261120 requires torch>=2.12",
     ]
     assert [c["package"] for c in nccl["causes"]] == ["torch", "flashinfer-python"]
+
+
+# --------------------------------------------------------------------------- network
+
+
+def test_an_unreachable_index_in_the_history_is_exit_3_naming_the_host(tmp_path: Path) -> None:
+    """`constraints --verify` without --index-url replays each step with the index its
+    history names; one nothing answers on is "could not reach HOST", exit 3 (the README's
+    network code), not "uv pip compile failed" with the usage code."""
+    from pinguard.testing.demo import Dist, Layer, write_oci_archive
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: connections are refused
+    index = f"http://127.0.0.1:{port}/simple/"
+    archive = tmp_path / "img.tar"
+    write_oci_archive(
+        [
+            Layer("ADD rootfs /", add=[Dist("pip", "25.0")]),
+            Layer(f"pip install --index-url {index} six==1.16.0", add=[Dist("six", "1.16.0")]),
+            Layer(f"pip install --index-url {index} six==1.17.0", add=[Dist("six", "1.17.0")]),
+        ],
+        archive,
+        tag="t",
+    )
+    code, out, err = cli_streams(
+        "constraints", f"oci-archive:{archive}:t", "--no-cache", "--step", "3", "--verify"
+    )
+    assert code == 3, out + err
+    assert f"could not reach the package index 127.0.0.1:{port}" in err
+    assert "Connection refused" in err
