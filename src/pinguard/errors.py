@@ -2,7 +2,8 @@
 
 Exit codes (documented in docs/reliability.md and the README): 0 pass, 1 findings at or
 above --fail-on or something incomplete, 2 usage or configuration error, 3 the image could
-not be read, 130 interrupted (the CLI's own).
+not be read or a host a command needed (registry, daemon, package index) could not be
+reached, 130 interrupted (the CLI's own).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ EXIT_PASS = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_IMAGE = 3
+EXIT_UNREACHABLE = EXIT_IMAGE  # "could not reach HOST": a registry, a daemon or an index
 
 
 class PinguardError(Exception):
@@ -84,6 +86,14 @@ class ResolveError(PinguardError):
     """The resolver (uv, pip-tools) could not be run or failed unexpectedly."""
 
     exit_code = EXIT_USAGE
+
+
+class IndexUnreachable(ResolveError):
+    """A package index or find-links location could not be reached (DNS, a refused
+    connection, a timeout): the network failure the README gives exit 3, with the host named,
+    not a resolver failure."""
+
+    exit_code = EXIT_UNREACHABLE
 
 
 class AttestError(PinguardError):

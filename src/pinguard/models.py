@@ -256,6 +256,25 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicySource:
+    """Which policy judged an audit: how it was chosen (``default``: the built-in one,
+    ``discovered``: a ``pinguard.toml`` or ``[tool.pinguard]`` found from the working
+    directory, ``given``: ``--policy`` files, ``none``: ``--policy none``) and the files it
+    was read from (those ``extend`` names included) as ``(path, "sha256:<hex>")`` pairs."""
+
+    kind: str
+    files: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        """One line for a report header: ``pinguard.toml (discovered, sha256:1234abcd5678)``."""
+        if self.kind == "default":
+            return "built-in default"
+        if self.kind == "none":
+            return "none (--policy none: an inventory)"
+        return ", ".join(f"{path} ({self.kind}, {digest[:19]})" for path, digest in self.files)
+
+
+@dataclass(frozen=True, slots=True)
 class ImageInfo:
     """Which image was audited."""
 
@@ -279,6 +298,8 @@ class AuditResult:
     # With --verify-records: actual digests of files below each environment, final state,
     # as (absolute path, "sha256=<urlsafe b64>") pairs.
     file_digests: tuple[tuple[str, str], ...] = ()
+    # the policy that judged the findings (None: not judged by any policy)
+    policy: PolicySource | None = None
 
     @property
     def no_python(self) -> bool:

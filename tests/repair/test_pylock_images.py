@@ -163,3 +163,36 @@ def test_constraints_check_reads_pylock(lock: tuple[Path, int, str], tmp_path: P
     assert (
         f"{bad}:{line}: nvidia-nccl-cu13==2.29.7: nvidia-nccl-cu13 2.29.7 is forbidden" in bad_out
     )
+
+
+def test_a_lock_named_outside_pep_751_is_noted_and_still_verified(
+    bad_image_oci: str, scenario_index: IndexServer, tmp_path: Path
+) -> None:
+    """`-o locks/glm.toml`: uv refuses lock files not named pylock.toml or pylock.<name>.toml,
+    so pinguard says so before anything else and verifies through a correctly named copy
+    (it used to report every package as "installed nothing")."""
+    path = tmp_path / "locks" / "glm.toml"
+    path.parent.mkdir()
+    code, report = cli(
+        "constraints",
+        bad_image_oci,
+        "--policy",
+        str(GB10),
+        "-f",
+        "pylock",
+        "--index-url",
+        scenario_index.url,
+        "-o",
+        str(path),
+        "--verify",
+    )
+    assert code == 0, report
+    lines = report.splitlines()
+    assert lines[0] == (
+        f"note: {path}: PEP 751 names lock files pylock.toml or pylock.<name>.toml; installers "
+        "(uv, pip) refuse other names, so rename it before installing; --verify installs it "
+        "through a copy named pylock.toml"
+    )
+    assert any(ln.startswith("verify: uv installed all ") for ln in lines)
+    assert "installed nothing" not in report
+    assert tomlkit.parse(path.read_text()).unwrap()["created-by"] == "pinguard"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import pinguard
 from pinguard.cli import main
 from pinguard.testing.demo import build_demo, demo_layers, write_oci_archive
 from tests.audit.test_compare import EMPTY, _platform_layers
@@ -207,3 +208,43 @@ def test_platform_report_has_one_column_per_platform(tmp_path: Path) -> None:
         assert cells == {"linux/amd64": "2.30.3 (step 1)", "linux/arm64": "2.29.7 (step 1)"}
         assert driver.find_element(By.ID, "verdict").text == "PASS"
         keep_screenshot(driver, tmp_path, "platforms-report")
+
+
+def test_summary_leads_and_step_heads_say_which_command(demo_report: Path, tmp_path: Path) -> None:
+    """The summary (environments, counts, the steps that changed) comes before the findings;
+    the header names pinguard's version and the policy; each step's column head names what it
+    installed, whole and unclipped (it used to be cut at "pip install --p...")."""
+    from selenium.webdriver.common.by import By
+
+    with open_browser() as driver:
+        driver.get(demo_report.as_uri())
+        summary = driver.find_element(By.ID, "summary")
+        findings = driver.find_element(By.ID, "findings")
+        assert summary.location["y"] < findings.location["y"]
+        assert "findings: 2 errors, 0 warnings, 0 info" in summary.text
+        steps = summary.find_elements(By.CSS_SELECTOR, "table.summary-steps tbody tr")
+        assert [r.text.split()[:2] for r in steps] == [
+            ["1", "+1"],
+            ["3", "+3"],
+            ["4", "+1"],
+            ["6", "+1"],
+        ]
+        assert "▼2" in steps[3].text
+        assert driver.find_element(By.CSS_SELECTOR, "dd.policy").text == "built-in default"
+        assert driver.find_element(By.CSS_SELECTOR, "dd.pinguard").text == pinguard.__version__
+        heads = driver.find_elements(By.CSS_SELECTOR, "table.timeline thead th.step .cmdhead")
+        assert heads[2].text.replace("\n", " ") == (
+            "pip install nvidia-nccl-cu13==2.30.3 nvidia-cutlass-dsl==4.3.0 torch==2.11.0+cu130"
+        )
+        assert heads[5].text.replace("\n", " ") == (
+            "pip install flashinfer-python==0.6.18.dev20261120"
+        )
+        for head in heads:
+            assert head.is_displayed()
+            clipped = driver.execute_script(
+                "const e = arguments[0];"
+                "return e.scrollWidth > e.clientWidth || e.scrollHeight > e.clientHeight;",
+                head,
+            )
+            assert not clipped, head.text
+        keep_screenshot(driver, tmp_path, "audit-summary")

@@ -99,9 +99,14 @@ def test_cyclonedx_validates_and_carries_step_provenance(
     assert props["pinguard:installer"] == "pip"
     assert props["pinguard:requested"] == "false"
     causes = [p["value"] for p in nccl["properties"] if p["name"] == "pinguard:cause"]
-    assert causes == [  # the requirement chain, from what the step asked for down to NCCL
-        "flashinfer-python 0.6.18.dev20261120 requires torch>=2.12",
+    assert causes == [  # the requirement chain, nearest cause first, as the table says it
         'torch 2.12.1 requires nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',
+        "flashinfer-python 0.6.18.dev20261120 requires torch>=2.12",
+    ]
+    # a package the step asked for carries the table's reason, not an empty chain
+    flashinfer = next(c for c in doc["components"] if c["name"] == "flashinfer-python")
+    assert [p["value"] for p in flashinfer["properties"] if p["name"] == "pinguard:cause"] == [
+        "asked for by this step (flashinfer-python==0.6.18.dev20261120)"
     ]
     # RECORD's hash of the shared object, as nested file components (hex of the base64 digest)
     files = {f["name"]: f for f in nccl["components"]}

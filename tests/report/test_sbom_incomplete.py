@@ -207,19 +207,20 @@ def test_a_complete_image_has_no_incomplete_marks(tmp_path: Path) -> None:
 
 
 def test_table_shows_the_real_path_only_when_set(tmp_path: Path) -> None:
-    """The environments line says ``real_path /opt/pkgs`` for the symlinked site-packages;
-    an environment that is its own directory has no such words."""
+    """The summary's environment row says ``real_path /opt/pkgs`` for the symlinked
+    site-packages; an environment that is its own directory has no such words."""
     linked, _ = _complete(tmp_path / "linked")
     code, out = _run(linked, "table")
     assert code == 0
-    assert (
-        f"environments: /{SITE} (real_path /opt/pkgs, python 3.11, 1 distributions)"
-        in out.splitlines()
-    )
+    rows = [ln.split("│")[1:-1] for ln in out.splitlines() if ln.startswith(f"│ /{SITE}")]
+    assert [[c.strip() for c in r] for r in rows] == [
+        [f"/{SITE} (real_path /opt/pkgs)", "3.11", "1", "1"]
+    ]
     plain, _ = _layout(
         tmp_path / "plain", ({f"{SITE}/bar-2.0.dist-info/METADATA": _metadata("bar", "2.0")}, {})
     )
     code, out = _run(plain, "table")
     assert code == 0
-    assert f"environments: /{SITE} (python 3.11, 1 distributions)" in out.splitlines()
+    rows = [ln.split("│")[1:-1] for ln in out.splitlines() if ln.startswith(f"│ /{SITE}")]
+    assert [[c.strip() for c in r] for r in rows] == [[f"/{SITE}", "3.11", "1", "1"]]
     assert "(real_path" not in out

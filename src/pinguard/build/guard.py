@@ -446,7 +446,7 @@ def run_guard(
         previous, current, step=GuardStep(index, step_name, "pending"), platform=platform
     )
     findings = evaluate(result, policy, targets=tuple(targets), today=today)
-    result = dataclasses.replace(result, findings=findings)
+    result = dataclasses.replace(result, findings=findings, policy=policy.source)
     # the baseline records what the base image has, which may be no Python environment yet;
     # a later call without one is a missed environment (or the wrong root) and fails closed
     verdict = result.verdict(fail_on, allow_incomplete, allow_no_python or previous is None)

@@ -14,8 +14,8 @@ from pinguard.cli.common import (
     exit_code,
     judge,
     run_audit,
+    write_output,
 )
-from pinguard.fileio import atomic_write
 from pinguard.policy.load import load_run_policy
 from pinguard.report import table
 from pinguard.report.formats import FORMATS
@@ -31,8 +31,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "oci:DIR[:TAG], oci-archive:PATH[:TAG], dir:PATH, or a bare NAME:TAG.",
     )
     p.add_argument("reference", metavar="REF")
-    p.add_argument("--format", choices=list(FORMATS), default="table")
+    p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="show_all",
+        help="list every change in the table, Markdown and HTML, also the distributions a "
+        "step added to an environment new in that step (a base image's inventory; the summary "
+        "counts them)",
+    )
     p.add_argument(
         "--dockerfile", metavar="PATH", help="point SARIF results at this Dockerfile's lines"
     )
@@ -49,6 +57,7 @@ def render_options(args: argparse.Namespace, watch: tuple[str, ...] = ()) -> Ren
         allow_no_python=args.allow_no_python,
         dockerfile=getattr(args, "dockerfile", None),
         watch=watch,
+        show_all=getattr(args, "show_all", False),
     )
 
 
@@ -62,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = FORMATS[args.format](result, options)
         if args.output:
-            atomic_write(args.output, text)
+            write_output(args.output, text, f"the {args.format} report")
         else:
             sys.stdout.write(text)
     return exit_code(result, args)

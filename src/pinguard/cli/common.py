@@ -23,6 +23,7 @@ from rich.progress import (
 
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.errors import IncompleteAudit, UsageError
+from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerLimits
 from pinguard.layers.cache import default_cache_dir
 from pinguard.models import AuditResult, Platform, Severity
@@ -283,7 +284,7 @@ def judge(
         today=_dt.date.today(),
         file_digests=dict(result.file_digests) if args.verify_records else None,
     )
-    return dataclasses.replace(result, findings=tuple(findings))
+    return dataclasses.replace(result, findings=tuple(findings), policy=policy.source)
 
 
 def require_complete(result: AuditResult, args: argparse.Namespace, output: str) -> None:
@@ -307,6 +308,14 @@ def require_complete(result: AuditResult, args: argparse.Namespace, output: str)
 def exit_code(result: AuditResult, args: argparse.Namespace) -> int:
     verdict = result.verdict(FAIL_ON[args.fail_on], args.allow_incomplete, args.allow_no_python)
     return 0 if verdict == "pass" else 1
+
+
+def write_output(path: str, text: str, what: str) -> None:
+    """Write ``text`` atomically to ``-o PATH`` and say so on stderr (stdout stays free for
+    a pipe): ``wrote the json report (12345 bytes) to PATH``."""
+    atomic_write(path, text)
+    size = len(text.encode("utf-8"))
+    print(f"wrote {what} ({size} bytes) to {path}", file=sys.stderr)
 
 
 def stdout_console() -> Console:

@@ -28,9 +28,9 @@ from pinguard.cli.common import (
     judge,
     parse_platform,
     run_audit,
+    write_output,
 )
 from pinguard.errors import UsageError
-from pinguard.fileio import atomic_write
 from pinguard.models import Platform
 from pinguard.policy.load import load_run_policy
 from pinguard.report.formats import COMPARE_FORMATS
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="P,P|all",
         help="compare these platforms of one REF (comma-separated), or every platform",
     )
-    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="table")
+    p.add_argument("-f", "--format", choices=tuple(COMPARE_FORMATS), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     add_image_options(p)
     add_policy_options(p)
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = COMPARE_FORMATS[args.format](cmp, options)
         if args.output:
-            atomic_write(args.output, text)
+            write_output(args.output, text, f"the {args.format} comparison")
         else:
             sys.stdout.write(text)
     return 0 if options.verdict(cmp) == "pass" else 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from pinguard.cli.common import (
@@ -43,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="site-packages to pin (default: the one the bad step changed)",
     )
     p.add_argument(
+        "-f",
         "--format",
         choices=("pip", "uv", "pylock"),
         default="pip",
@@ -128,7 +130,6 @@ def run_pylock(
 ) -> int:
     """Write the known-good set as a PEP 751 pylock.toml; with --verify, install it with uv."""
     import tempfile
-    from pathlib import Path
 
     from pinguard.repair import pylock
     from pinguard.repair.resolve import SimpleIndex, TargetEnvironment
@@ -142,14 +143,21 @@ def run_pylock(
         cs, client=client, target=target, glibc=pylock.glibc_of(result.final.debs)
     )
     text = pylock.render_pylock(lock)
+    if args.output and not pylock.is_pylock(args.output):
+        print(
+            f"note: {args.output}: PEP 751 names lock files pylock.toml or pylock.<name>.toml; "
+            "installers (uv, pip) refuse other names, so rename it before installing"
+            + ("; --verify installs it through a copy named pylock.toml" if args.verify else ""),
+            file=out,
+        )
     _write_or_print(args, text, f"{len(lock.packages)} locked packages", out)
     _say_known_good(cs, out)
     if not args.verify:
         return 0
     with tempfile.TemporaryDirectory(prefix="pinguard-pylock-") as tmp:
-        path = Path(args.output) if args.output else Path(tmp, "pylock.toml")
-        if not args.output:
-            path.write_text(text, encoding="utf-8")
+        # a copy under the name PEP 751 requires: uv refuses any other (locks/glm.toml)
+        path = Path(tmp, "pylock.toml")
+        path.write_text(text, encoding="utf-8")
         outcome = install_lock(path, target=target)
     want = {p.name: p.version for p in lock.packages}
     got = dict(outcome.installed)

@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--image", required=True, metavar="REF", help="the image built from it")
     p.add_argument("--sarif", metavar="FILE", help="write a SARIF 2.1.0 log here (atomically)")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here (atomically)")
-    p.add_argument("--format", choices=FORMATS, default="table", help="what to print on stdout")
+    p.add_argument(
+        "-f", "--format", choices=FORMATS, default="table", help="what to print on stdout"
+    )
     add_build_arg_option(p)
     add_image_options(p)
     add_policy_options(p, guard=True)

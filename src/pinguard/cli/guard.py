@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="pass",
         help="when to record the state: pass (default), always (accept what is there), never",
     )
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("-f", "--format", choices=FORMATS, default="table")
     add_policy_options(p)
     p.set_defaults(func=run)
 

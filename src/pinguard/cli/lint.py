@@ -21,6 +21,7 @@ from pinguard.cli.common import (
     add_build_arg_option,
     add_policy_options,
     build_args,
+    write_output,
 )
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
 from pinguard.report.lint import LINT_FORMATS
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "upgrades of pinned packages and install steps without `pinguard guard`.",
     )
     p.add_argument("dockerfiles", nargs="+", metavar="DOCKERFILE")
-    p.add_argument("--format", choices=list(LINT_FORMATS), default="table")
+    p.add_argument("-f", "--format", choices=list(LINT_FORMATS), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     add_build_arg_option(p)
     p.add_argument(
@@ -55,7 +56,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from pinguard.build.dockerfile import InvalidDockerfile, parse_file
     from pinguard.build.lint import RULES, LintFinding, lint
-    from pinguard.fileio import atomic_write
     from pinguard.policy.effective import effective_policy
     from pinguard.policy.load import load_run_policy
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     text = LINT_FORMATS[args.format](findings, errors)
     if args.output:
-        atomic_write(args.output, text)
+        write_output(args.output, text, f"the {args.format} lint report")
     else:
         sys.stdout.write(text)
     if errors:

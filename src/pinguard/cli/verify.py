@@ -17,9 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from pinguard.cli.common import source_options
+from pinguard.cli.common import source_options, write_output
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, UsageError
-from pinguard.fileio import atomic_write
 
 _DURATION = re.compile(r"([0-9]+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -52,7 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="require the attested policy files to be these (repeatable)",
     )
     p.add_argument("--max-age", type=parse_duration, metavar="AGE", help="e.g. 30d, 12h")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-f", "--format", choices=("table", "json"), default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
         "--attestation",
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         source.close()
     text = report.render_json(result) if args.format == "json" else report.render_table(result)
     if args.output:
-        atomic_write(args.output, text)
+        write_output(args.output, text, f"the {args.format} verification report")
     else:
         sys.stdout.write(text)
     if result.verified:

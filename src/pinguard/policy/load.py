@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,7 @@ class _Layer:
     waivers: list[Waiver] = field(default_factory=list)
     native_pins: list[NativePin] = field(default_factory=list)
     require_guard: bool | None = None
+    digest: str = ""  # "sha256:<hex>" of the file's bytes
 
 
 class _Missing:
@@ -515,9 +517,12 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
     return layer, sorted(reader.problems, key=lambda p: p.line)
 
 
-def _read(path: Path) -> tuple[str, KeyPath | None]:
-    text = path.read_text(encoding="utf-8")
-    return text, (PYPROJECT_PREFIX if path.name == "pyproject.toml" else None)
+def _read(path: Path) -> tuple[str, KeyPath | None, str]:
+    """The file's text, its key prefix (``tool.pinguard`` in a pyproject) and its digest."""
+    data = path.read_bytes()
+    text = data.decode("utf-8")
+    prefix = PYPROJECT_PREFIX if path.name == "pyproject.toml" else None
+    return text, prefix, "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _collect(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[_Layer], list[PolicyProblem]]:
@@ -536,7 +541,7 @@ def _collect(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[_Layer], lis
         if real in done:
             return
         try:
-            text, prefix = _read(path)
+            text, prefix, digest = _read(path)
         except OSError as exc:
             file, line = where or (str(path), 1)
             what = f"extend: cannot read {str(path)!r}" if where else f"cannot read {str(path)!r}"
@@ -546,6 +551,7 @@ def _collect(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[_Layer], lis
             problems.append(PolicyProblem(str(path), 1, "not UTF-8 text"))
             return
         layer, found = _parse(str(path), text, prefix)
+        layer.digest = digest
         problems.extend(found)
         for ref, line in layer.extends:
             target = ref if ref.is_absolute() else path.parent / ref
@@ -566,9 +572,11 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
     waivers: list[Waiver] = []
     native_pins: list[NativePin] = []
     files: list[str] = []
+    digests: list[str] = []
     require_guard = False
     for layer in layers:
         files.append(layer.file)
+        digests.append(layer.digest)
         if layer.require_guard is not None:
             require_guard = layer.require_guard
         for rule_id, (fields, scope_fields, origin) in layer.rules.items():
@@ -589,6 +597,8 @@ def _fold(layers: Iterable[_Layer]) -> Policy:
         require_guard=require_guard,
         files=tuple(files),
         native_pins=tuple(native_pins),
+        digests=tuple(digests),
+        chosen="given" if files else "default",
     )
 
 
@@ -611,6 +621,7 @@ def load_policy(*paths: str | os.PathLike[str]) -> Policy:
 def parse_policy(text: str, file: str = "<string>") -> Policy:
     """Parse policy TOML from a string (``extend`` is not allowed here)."""
     layer, problems = _parse(file, text, None)
+    layer.digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
     if layer.extends:
         problems.append(PolicyProblem(file, layer.extends[0][1], "extend: not allowed here"))
     if problems:
@@ -651,7 +662,7 @@ def load_run_policy(
     ``discover(start)`` finds; without one, the built-in default. ``none`` alone is the
     inventory policy (nothing judged; a file named ``none`` is ``./none``)."""
     if [str(p) for p in paths] == [NO_POLICY]:
-        return inventory_policy()
+        return dataclasses.replace(inventory_policy(), chosen="none")
     if NO_POLICY in (str(p) for p in paths):
         raise ConfigError(
             "--policy none (no policy: an inventory) cannot be combined with policy files; "
@@ -660,4 +671,6 @@ def load_run_policy(
     if paths:
         return load_policy(*paths)
     found = discover(start)
-    return load_policy(found) if found is not None else default_policy()
+    if found is None:
+        return default_policy()
+    return dataclasses.replace(load_policy(found), chosen="discovered")

@@ -23,7 +23,7 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from pinguard.errors import InvalidPlatform
-from pinguard.models import Environment, Platform, Severity
+from pinguard.models import Environment, Platform, PolicySource, Severity
 from pinguard.target import marker_environment, parse_platform, platform_matches
 
 
@@ -361,6 +361,15 @@ class Policy:
     native_pins: tuple[NativePin, ...] = ()
     # ``--policy none``: an inventory, judged by nothing on purpose (no no-active-rules notice)
     inventory: bool = False
+    # "sha256:<hex>" of each file's bytes, parallel to ``files``
+    digests: tuple[str, ...] = field(default=(), compare=False)
+    # how the policy was chosen: "default", "discovered", "given" or "none" (load_run_policy)
+    chosen: str = field(default="default", compare=False)
+
+    @property
+    def source(self) -> PolicySource:
+        """Which policy this is, for the reports' headers."""
+        return PolicySource(self.chosen, tuple(zip(self.files, self.digests, strict=True)))
 
     @property
     def pinned_packages(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from pinguard.errors import ResolveError, UsageError
 from pinguard.models import Change, Distribution, Environment, Platform, Unmet
 from pinguard.repair.resolve.command import InstallReplay
 from pinguard.repair.resolve.index import IndexFetchError, SimpleIndex, TargetEnvironment
-from pinguard.repair.resolve.uv import IndexOptions, run, uv_bin
+from pinguard.repair.resolve.uv import IndexOptions, network_failure, run, uv_bin
 
 _LINE = re.compile(r"^\s*([+\-~])\s+([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
 
@@ -171,6 +171,9 @@ def plan_install(
         proc = run(cmd, timeout=timeout, cwd=tmp)
     output = proc.stderr + proc.stdout
     if proc.returncode != 0:
+        unreachable = network_failure(output)
+        if unreachable is not None:
+            raise unreachable
         raise ResolveError(f"uv could not resolve the step: {output.strip()}")
     lines, _ = parse_dry_run(output)
     install = sorted((canonicalize_name(n), v) for s, n, v in lines if s in "+~")

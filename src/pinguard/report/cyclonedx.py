@@ -12,8 +12,11 @@ construct for that, a ``compositions`` entry with ``aggregate: incomplete`` whos
 are the image and each package an item belongs to, and one ``pinguard:incomplete`` property
 (``<what>: <why>``) per item on that package or else on the image. cyclonedx-python-lib has
 no model of compositions yet (CycloneDX/cyclonedx-python-lib#607), so that one entry is added
-to the library's JSON output; a complete audit has none. The serial number is a uuid5 of the
-image digest and the timestamp is omitted, so the same image gives the same bytes.
+to the library's JSON output; a complete audit has none. ``metadata.properties`` name the
+policy (``pinguard:policy:source``, ``pinguard:policy:file`` = ``PATH sha256:HEX``). The
+serial number is a uuid5 of the image digest and the timestamp is omitted, so the same image
+gives the same bytes. ``pinguard:cause`` properties are written nearest cause first (the
+library sorts properties), in the table's words (``asked for by this step (torch==2.11.0)``).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ def build_bom(facts: SbomFacts) -> Bom:
         bom_ref=f"tool:{TOOL}@{facts.tool_version}",
     )
     bom.metadata.tools = ToolRepository(components=[tool])
+    bom.metadata.properties = _properties((PROPERTY_PREFIX + k, v) for k, v in facts.policy)
     root_props = [("image:reference", facts.reference)]
     if facts.platform is not None:
         root_props.append(("image:platform", str(facts.platform)))
@@ -168,9 +172,27 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
     """
     facts = sbom_facts(result)
     text: str = JsonV1Dot6(build_bom(facts)).output_as_string(indent=2)
+    # the library writes json.dumps(indent=2); the same call keeps its layout
+    data = json.loads(text)
+    _properties_in_order(data, facts)
     extra = compositions(facts)
-    if extra:  # the library writes json.dumps(indent=2); the same call keeps its layout
-        data = json.loads(text)
+    if extra:
         data["compositions"] = extra
-        text = json.dumps(data, indent=2)
-    return text + "\n"
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _properties_in_order(data: dict[str, Any], facts: SbomFacts) -> None:
+    """Each package's ``pinguard:cause`` properties nearest cause first: the library sorts
+    properties by name and value, which would put the chain in alphabetical order; the
+    others keep the library's order."""
+    name = PROPERTY_PREFIX + "cause"
+    wanted = {pkg.ref: list(dict.fromkeys(pkg.causes)) for pkg in facts.python}
+    for component in data.get("components", []):
+        causes = wanted.get(component.get("bom-ref", ""))
+        if not causes or len(causes) < 2:
+            continue
+        ordered = iter(causes)
+        component["properties"] = [
+            {"name": name, "value": next(ordered)} if p.get("name") == name else p
+            for p in component.get("properties", [])
+        ]

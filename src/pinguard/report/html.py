@@ -1,11 +1,13 @@
 """One self-contained HTML file for an audit or a comparison, rendered with Jinja2.
 
-Owns the page people look at: the image header (reference, digest, platform, verdict) and
+Owns the page people look at: the image header (reference, digest, platform, verdict,
+pinguard's version, the policy), the summary the table leads with (``report.summary``) and
 the findings first; then, per environment, a timeline whose columns are the build steps and
 whose rows are the watched packages (policy pins, anything any step changed, anything with
 a finding), each cell holding the version after that step, marked when the step changed it
 (downgrades and unmet requirements stand out) and carrying its reason in a ``<details>``
-element (and a ``title``), so it reads with scripts off; the inline script only adds a row
+element (and a ``title``), so it reads with scripts off; each column head names its step by
+what it installed (``why.headline``), wrapped rather than cut; the inline script only adds a row
 filter. A comparison puts A and B next to each other (differences table, then both
 timelines side by side); a platform comparison has one column per platform. The templates
 ship as package data in ``pinguard/report/templates``; autoescaping is on, no external
@@ -24,7 +26,8 @@ from pinguard.models import AuditResult, ChangeKind, Finding, Snapshot
 from pinguard.report.compare import base_text, difference_reasons, step_label
 from pinguard.report.json import finding_sort_key
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.why import command_text, reasons
+from pinguard.report.summary import KINDS, header, listed, summarize
+from pinguard.report.why import command_text, headline, reasons
 
 if TYPE_CHECKING:
     import jinja2
@@ -69,6 +72,7 @@ class Column:
     command: str
     layer: str
     empty: bool
+    headline: str = ""  # what the step installed (why.headline), for the column head
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +117,11 @@ def _timelines(
     watch: Iterable[str],
     only: set[tuple[str, str]] | None,
     base_step: int | None = None,
+    show_all: bool = True,
 ) -> tuple[tuple[Timeline, ...], tuple[Column, ...]]:
     """Timelines per environment, and every step as a column (for the step list). With
-    ``base_step``, the steps up to it are one "shared base" column (not re-reported)."""
+    ``base_step``, the steps up to it are one "shared base" column (not re-reported); without
+    ``show_all``, rows come only from the changes ``summary.listed`` keeps."""
     steps = result.steps
     snapshots = result.snapshots if len(result.snapshots) == len(steps) else ()
     all_columns = tuple(
@@ -126,6 +132,7 @@ def _timelines(
             _short(s.created_by),
             s.layer_digest or "",
             s.layer_digest is None,
+            _short(headline(s.created_by), 120),
         )
         for s in steps
     )
@@ -153,10 +160,12 @@ def _timelines(
         unmet: dict[tuple[str, int], list[str]] = {}
         names: set[str] = set()
         for step in steps:
+            shown = {id(c) for c in listed(result, step, show_all)}
             for c in step.changes:
                 if c.environment != path:
                     continue
-                names.add(c.name)
+                if id(c) in shown:
+                    names.add(c.name)
                 changed[(c.name, step.index)] = Cell(
                     c.after or "",
                     c.kind.value,
@@ -214,8 +223,9 @@ def _side(
     base_step: int | None = None,
     *,
     no_python: str | None = None,
+    show_all: bool = True,
 ) -> Side:
-    timelines, columns = _timelines(result, key, watch, only, base_step)
+    timelines, columns = _timelines(result, key, watch, only, base_step, show_all)
     image = result.image
     return Side(
         key,
@@ -273,10 +283,23 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
     """The HTML report of one audit; ``options.watch`` adds rows (the policy's pins)."""
     fail_on = options.fail_on
     verdict = options.verdict(result)
-    side = _side(result, "a", "", verdict, options.watch, no_python=options.no_python_text(result))
+    side = _side(
+        result,
+        "a",
+        "",
+        verdict,
+        options.watch,
+        no_python=options.no_python_text(result),
+        show_all=options.show_all,
+    )
+    summary = summarize(result, options.show_all)
+    kinds = [i for i in range(len(KINDS)) if any(e.counts[i] for e in summary.environments)]
     return _page(
         {
             "mode": "audit",
+            "header": header(result),
+            "summary": summary,
+            "kinds": [(i, KINDS[i].value) for i in kinds],
             "title": f"pinguard audit: {result.image.reference}",
             "verdict": verdict,
             "sides": [side],

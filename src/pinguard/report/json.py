@@ -1,15 +1,19 @@
 """The versioned JSON document (schema ``pinguard/audit/v1``, shipped as a JSON Schema).
 
 Turns an ``AuditResult`` into plain data with every list sorted, so the same image always
-gives the same bytes. The schema file lives in ``pinguard/schemas/audit-v1.schema.json``.
+gives the same bytes (for one pinguard version, which the document names, with the policy
+that judged it). Each change carries ``reasons``, the lines the table shows, nearest cause
+first. The schema file lives in ``pinguard/schemas/audit-v1.schema.json``.
 """
 
 from __future__ import annotations
 
 import json
 
+from pinguard import __version__
 from pinguard.models import SCHEMA_ID, AuditResult, Finding, NativeLibrary, Resolution, Snapshot
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.why import reasons
 
 # A JSON object as plain data.
 JsonObject = dict[str, object]
@@ -132,6 +136,7 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
                             }
                             for x in c.causes
                         ],
+                        "reasons": reasons(c.kind, c.name, c.causes, step.created_by),
                     }
                     for c in sorted(step.changes, key=lambda c: (c.environment, c.name))
                 ],
@@ -194,6 +199,8 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
     ]
     return {
         "schema": SCHEMA_ID,
+        "pinguard": {"version": __version__},
+        **policy_field(result),
         "image": {
             "reference": image.reference,
             "transport": image.transport,
@@ -217,6 +224,19 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         "notes": list(result.notes),
         **no_python_field(result, options),
         "verdict": options.verdict(result),
+    }
+
+
+def policy_field(result: AuditResult) -> JsonObject:
+    """``{"policy": {"source", "files": [{"path", "digest"}]}}`` when a policy judged
+    ``result`` (schema revision 4), else ``{}``."""
+    if result.policy is None:
+        return {}
+    return {
+        "policy": {
+            "source": result.policy.kind,
+            "files": [{"path": p, "digest": d} for p, d in result.policy.files],
+        }
     }
 
 

@@ -17,8 +17,10 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from collections.abc import Sequence
 
+from pinguard import __version__
 from pinguard.models import AuditResult, Finding
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.summary import policy_pairs
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 NO_PACKAGE = "(image)"
@@ -70,6 +72,9 @@ def render(
         ET.SubElement(props, "property", name="manifest_digest", value=result.image.manifest_digest)
     if result.image.platform is not None:
         ET.SubElement(props, "property", name="platform", value=str(result.image.platform))
+    ET.SubElement(props, "property", name="pinguard:version", value=__version__)
+    for name, value in policy_pairs(result):
+        ET.SubElement(props, "property", name=name, value=_clean(value))
 
     tests = failures = errors = skipped = 0
     for (rule, package), found in sorted(groups.items()):

@@ -1,6 +1,8 @@
 """Markdown for a pull-request comment: the verdict first, then what to fix, then the rest.
 
-The comment opens with a one-line verdict (pass or fail at ``fail_on``, with counts), lists
+The comment opens with a one-line verdict (pass or fail at ``fail_on``, with counts), the
+image, pinguard's version and the policy, the summary the table leads with (environments
+and their change counts, the steps that changed something: ``report.summary``), lists
 the unwaived findings in a table (worst first, capped at ``max_rows`` so a comment stays
 under the forge's size limit), then what could not be read, and folds the waived findings
 into a ``<details>`` block. Table cells are escaped (pipes, newlines, HTML) so a package or
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import html
 
+from pinguard import __version__
 from pinguard.models import AuditResult, Finding, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.summary import KINDS, header, summarize
 
 _ICON = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
 
@@ -60,6 +64,31 @@ def _count(findings: list[Finding]) -> str:
     return ", ".join(parts) or "no findings"
 
 
+def _summary(result: AuditResult, options: RenderOptions) -> list[str]:
+    """The summary the table leads with: environments and their counts, then the steps that
+    changed something (at most ``max_rows``)."""
+    summary = summarize(result, options.show_all)
+    lines: list[str] = []
+    if summary.environments:
+        kinds = [i for i in range(len(KINDS)) if any(e.counts[i] for e in summary.environments)]
+        heads = ["Environment", "Python", "Distributions", *(KINDS[i].value for i in kinds)]
+        heads.append("unmet")
+        lines += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        for env in summary.environments:
+            cells = [_code(env.path), _cell(env.python), str(env.distributions)]
+            cells += [str(env.counts[i]) if env.counts[i] else "" for i in kinds]
+            cells.append(f"**{env.unmet}**" if env.unmet else "")
+            lines.append("| " + " | ".join(cells) + " |")
+    if summary.steps:
+        lines += ["", "| Step | Changes | Command |", "|---|---|---|"]
+        for step in summary.steps[: options.max_rows]:
+            command = step.command if len(step.command) <= 100 else step.command[:99] + "\u2026"
+            lines.append(f"| {step.index} | {_cell(step.text())} | {_code(command)} |")
+        if len(summary.steps) > options.max_rows:
+            lines += ["", f"... and {len(summary.steps) - options.max_rows} more steps."]
+    return lines
+
+
 def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
     """The PR-comment Markdown for ``result`` (findings as already evaluated)."""
     fail_on = options.fail_on
@@ -84,6 +113,9 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
     if any(facts):
         lines.append("")
         lines.append("Image " + ", ".join(f for f in facts if f) + ".")
+    policy = dict(header(result))["policy"]
+    lines += ["", f"pinguard {_code(__version__)}, policy: {_cell(policy)}."]
+    lines += _summary(result, options)
     no_python = options.no_python_text(result)
     if no_python is not None:
         lines += ["", f"**{_cell(no_python)}**"]

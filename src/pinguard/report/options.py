@@ -54,6 +54,9 @@ class RenderOptions:
     width: int = 160
     # html: packages the timeline always shows (the policy's pins), besides what changed
     watch: tuple[str, ...] = ()
+    # table, markdown, html: list every change, not only what changed since an environment
+    # existed or is flagged (``--all``; report.summary.listed)
+    show_all: bool = False
 
     def no_python_text(self, result: AuditResult) -> str | None:
         """The status line of an image without a Python environment (None when it has one):

@@ -263,6 +263,11 @@ def to_dict(
         run_props["manifestDigest"] = image.manifest_digest
     if image.platform is not None:
         run_props["platform"] = str(image.platform)
+    if result.policy is not None:
+        run_props["policy"] = {
+            "source": result.policy.kind,
+            "files": [{"path": p, "digest": d} for p, d in result.policy.files],
+        }
     return _log("pinguard", rules, results, notifications, run_props, successful)
 
 

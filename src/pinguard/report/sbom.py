@@ -39,6 +39,8 @@ from pinguard.models import (
     Snapshot,
     Step,
 )
+from pinguard.report.summary import policy_pairs
+from pinguard.report.why import reasons
 from pinguard.target import marker_environment, parse_requirement
 
 TOOL = "pinguard"
@@ -65,7 +67,9 @@ class PythonPackage:
     environment: Environment
     purl: str
     step: Step | None  # the build step that installed this version (None: unknown)
-    causes: tuple[str, ...]  # "torch 2.12.1 requires nvidia-nccl-cu13==2.29.7", ...
+    # the table's reasons, nearest cause first: "torch 2.12.1 requires nvidia-nccl-cu13==2.29.7",
+    # ..., or "asked for by this step (torch==2.11.0+cu130)"
+    causes: tuple[str, ...]
     files: tuple[FileHash, ...]
     archive_hashes: tuple[tuple[str, str], ...]  # (algorithm, hex) of the wheel, direct_url
     depends_on: tuple[str, ...]  # refs of installed distributions it requires
@@ -131,6 +135,9 @@ class SbomFacts:
     roots: tuple[str, ...]  # refs the image depends on directly: requested or unrequired ones
     tool_version: str = __version__
     no_python: bool = False  # the final state has no Python environment at all
+    # the policy that judged the image (report.summary.policy_pairs: ``policy:source``, one
+    # ``policy:file`` = ``PATH sha256:HEX`` each), unprefixed; the documents' metadata says it
+    policy: tuple[tuple[str, str], ...] = ()
     incomplete: tuple[IncompleteItem, ...] = ()  # sorted by (what, why), as the JSON report
 
     def incomplete_of(self, ref: str | None) -> tuple[tuple[str, str], ...]:
@@ -238,7 +245,8 @@ def image_purl(
 def installed_by(
     result: AuditResult,
 ) -> dict[tuple[str, NormalizedName], tuple[Step, tuple[str, ...]]]:
-    """(environment, name) -> the last step that installed the final version, and its causes."""
+    """(environment, name) -> the last step that installed the final version, and the
+    reasons the table gives for it (``why.reasons``), nearest cause first."""
     out: dict[tuple[str, NormalizedName], tuple[Step, tuple[str, ...]]] = {}
     for step in result.steps:
         for change in step.changes:
@@ -246,9 +254,7 @@ def installed_by(
             if change.kind is ChangeKind.REMOVED:
                 out.pop(key, None)
                 continue
-            causes = tuple(
-                f"{c.package} {c.version} requires {c.requirement}" for c in change.causes
-            )
+            causes = tuple(reasons(change.kind, change.name, change.causes, step.created_by))
             out[key] = (step, causes)
     return out
 
@@ -352,4 +358,5 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         roots=roots,
         no_python=result.no_python,
         incomplete=_attribute(result.incomplete, python),
+        policy=tuple(policy_pairs(result)),
     )

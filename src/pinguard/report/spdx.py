@@ -12,7 +12,8 @@ no free properties; so is each item the audit could not read
 RECORD's per-file hashes are left to the CycloneDX report: SPDX 2.3 requires a SHA-1 for
 every file, which RECORD does not give. The namespace is a uuid5 of the image
 digest and the creation time is fixed (the Unix epoch), so the same image gives the same
-bytes; spdx-tools validates the document before it is written.
+bytes; spdx-tools validates the document before it is written. The creator comment names
+the audited reference and the policy (``policy:source=given; policy:file=PATH sha256:HEX``).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def build_document(facts: SbomFacts) -> Document:
         document_namespace=f"{NAMESPACE_BASE}{_UNSAFE.sub('-', facts.name)}-{facts.serial}",
         creators=[tool],
         created=CREATED,
-        creator_comment=f"pinguard audit of {facts.reference}",
+        creator_comment=f"pinguard audit of {facts.reference}"
+        + "".join(f"; {k}={v}" for k, v in facts.policy),
     )
     root_id = "SPDXRef-Image"
     root_checksums = (

@@ -1,7 +1,10 @@
-"""The human view: rich tables of the steps that changed something, then findings.
+"""The human view: a summary first, then rich tables of what the steps changed, findings.
 
-Only steps with changes or unmet requirements are shown; downgrades and unmet requirements
-stand out in red. ``draw`` draws onto a ``rich.console.Console`` the CLI hands it (so it
+The header names pinguard's version and the policy; the summary (``report.summary``) counts
+changes per environment and kind, findings per severity, and lists the steps that changed
+something, so a big image reads on one screen. The step tables then show what
+``summary.listed`` keeps (``--all``: everything); downgrades and unmet requirements stand out
+in red. ``draw`` draws onto a ``rich.console.Console`` the CLI hands it (so it
 never decides where output goes); ``render`` draws into text ``options.width`` columns wide.
 Both are deterministic for a given width.
 """
@@ -14,9 +17,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pinguard import __version__
 from pinguard.build.history import command_text
 from pinguard.models import AuditResult, ChangeKind, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.summary import KINDS, Summary, header, listed, summarize
 from pinguard.report.why import reasons
 
 _KIND_STYLE = {
@@ -44,7 +49,8 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
 
 
 def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT_OPTIONS) -> None:
-    """Draw the tables onto ``console`` (a terminal gets colours, a file plain text)."""
+    """Draw the report onto ``console`` (a terminal gets colours, a file plain text): the
+    header, the summary, then the changes ``summary.listed`` keeps, findings and verdict."""
     image = result.image
     console.print(
         Text.assemble(
@@ -56,19 +62,32 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
             (str(image.platform) if image.platform else "", "dim"),
         )
     )
+    # header lines are not wrapped: a long path stays on its line, for grep and copying
+    console.print(
+        Text(f"pinguard {__version__}  policy: {dict(header(result))['policy']}", style="dim"),
+        soft_wrap=True,
+    )
     for note in result.notes:
-        console.print(Text(f"note: {note}", style="dim"))
-    shown = 0
+        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+    summary = summarize(result, options.show_all)
+    _draw_summary(result, summary, console, options)
+    hidden = 0
     for step in result.steps:
-        if not step.changes and not step.unmet:
+        rows = listed(result, step, options.show_all)
+        left_out = len(step.changes) - len(rows)
+        hidden += left_out
+        if not rows and not step.unmet:
             continue
-        shown += 1
-        envs = sorted({c.environment for c in step.changes} | {u.environment for u in step.unmet})
+        envs = sorted({c.environment for c in rows} | {u.environment for u in step.unmet})
         many = len(envs) > 1
+        caption = None if many else envs[0]
+        if left_out:
+            more = f"and {left_out} more added to environments new in this step (--all lists them)"
+            caption = more if caption is None else f"{caption}; {more}"
         table = Table(
             title=Text.assemble((f"step {step.index}  ", "bold"), _short(step.created_by)),
             title_justify="left",
-            caption=None if many else envs[0],
+            caption=caption,
             caption_justify="left",
             expand=False,
         )
@@ -78,7 +97,7 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
         table.add_column("change")
         table.add_column("version", overflow="fold")
         table.add_column("why (nearest cause first)", overflow="fold")
-        for c in sorted(step.changes, key=lambda c: (c.environment, c.name)):
+        for c in rows:
             version = (
                 f"{c.before} -> {c.after}"
                 if c.before and c.after and c.before != c.after
@@ -105,18 +124,19 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
             ]
             table.add_row(*([u.environment] if many else []), *row)
         console.print(table)
-    if not shown:
+    if not summary.steps:
         console.print("no build step changed a Python distribution")
-    env_text = ", ".join(
-        f"{e.path} ({f'real_path {e.real_path}, ' if e.real_path else ''}"
-        f"python {e.python or '?'}, {len(e.distributions)} distributions)"
-        for e in result.final.environments
-    )
+    elif hidden:
+        console.print(
+            Text(
+                f"{hidden} distribution(s) added to environments new in their step are counted "
+                "above, not listed (--all lists them)",
+                style="dim",
+            )
+        )
     no_python = options.no_python_text(result)
     if no_python is not None:
         console.print(Text(no_python, style="bold yellow"))
-    else:
-        console.print(Text(f"environments: {env_text}", style="dim"))
     if result.findings:
         table = Table(title="findings", title_justify="left")
         for col in ("severity", "rule", "step", "package", "message"):
@@ -136,3 +156,57 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
     console.print(
         Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red")
     )
+
+
+def _draw_summary(
+    result: AuditResult, summary: Summary, console: Console, options: RenderOptions
+) -> None:
+    """The summary: environments with their counts, findings, the steps that changed."""
+    if summary.environments:
+        table = Table(title="summary", title_justify="left", expand=False)
+        widest = max(len(e.path) for e in summary.environments)
+        table.add_column("environment", overflow="fold", min_width=min(widest, 64))
+        table.add_column("python")
+        table.add_column("distributions", justify="right")
+        # only the kinds that happened (and unmet when any), so the table stays narrow
+        kinds = [i for i in range(len(KINDS)) if any(e.counts[i] for e in summary.environments)]
+        for i in kinds:
+            table.add_column(KINDS[i].value, justify="right")
+        any_unmet = any(e.unmet for e in summary.environments)
+        if any_unmet:
+            table.add_column("unmet", justify="right")
+        for env in summary.environments:
+            path = env.path
+            real = next(
+                (e.real_path for e in result.final.environments if e.path == env.path), None
+            )
+            if real:
+                path += f" (real_path {real})"
+            unmet = [Text(str(env.unmet), style="bold red") if env.unmet else ""]
+            table.add_row(
+                path,
+                env.python,
+                str(env.distributions),
+                *(str(env.counts[i]) if env.counts[i] else "" for i in kinds),
+                *(unmet if any_unmet else []),
+            )
+        console.print(table)
+    errors = summary.findings[0]
+    console.print(
+        Text(
+            f"findings: {summary.findings_text()}",
+            style="bold red" if errors else "",
+        )
+    )
+    if summary.steps:
+        console.print(Text("steps that changed something:", style="bold"))
+        for s in summary.steps:
+            console.print(
+                Text.assemble(
+                    f"  step {s.index:<3} ",
+                    (f"{s.text():<22}", "bold red" if s.counts[2] or s.unmet else ""),
+                    " ",
+                    _short(s.command, max(40, console.width - 34)),
+                )
+            )
+    console.print()

@@ -4,7 +4,8 @@ A change whose cause chain is empty was, in the usual case, asked for by its own
 (``pip install torch==2.11.0`` adds torch with no dependant to blame). ``asked_for`` reads
 the step's history command through the install-command reader and returns the requirement
 it named for each package, so a report can say "asked for by this step (torch==2.11.0)"
-instead of leaving the reason blank. ``reasons`` gives the lines to show for one change.
+instead of leaving the reason blank. ``reasons`` gives the lines to show for one change;
+``headline`` names a step by what it installed, for column heads too narrow for a command.
 """
 
 from __future__ import annotations
@@ -58,3 +59,15 @@ def reasons(
         return ["made by this step (no installed requirement asks for it)"]
     short = command if len(command) <= 60 else command[:59] + "\u2026"
     return [f"made by this step ({short}); no installed requirement asks for it"]
+
+
+def headline(created_by: str) -> str:
+    """What a step did, in the fewest words that tell steps apart (the HTML's column heads):
+    the requirements and files an install named (``pip install torch==2.11.0+cu130
+    -r req.txt``; options left out), else the command itself."""
+    parts = []
+    for command in history.install_commands(created_by):
+        words = [*command.positional, *(f"-r {f}" for f in command.requirement_files)]
+        words += [f"-e {e}" for e in command.editables]
+        parts.append(f"{command.tool} install {' '.join(words)}".rstrip())
+    return " && ".join(parts) if parts else command_text(created_by)

@@ -8,6 +8,12 @@ tried first, when its socket exists and it has the image, then the registry, and
 ``ResolvedImage.notes`` say which one answered. A ``word:`` prefix that is neither a known
 transport nor the host part of a docker reference is an unknown transport and raises
 ``InvalidReference``.
+
+A reference without a transport that names an existing local path is read from that path,
+recognised by its content (``sources.detect``: an OCI or docker-archive tar, an OCI layout
+directory, a root filesystem), as syft reads its input; a note says which transport was used.
+An existing path that is not an image is tried as a docker reference, and if that fails too
+the error says what the local path is.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
+from pinguard.models import Platform
+from pinguard.sources.detect import detect
 from pinguard.sources.interface import (
     ImageSource,
     LayerRef,
@@ -93,11 +101,33 @@ def split_transport(reference: str) -> tuple[str | None, str]:
     raise InvalidReference(f"invalid image reference {reference!r}")
 
 
+def _has_transport(reference: str) -> bool:
+    match = _PREFIX.fullmatch(reference)
+    return reference.startswith("docker://") or (match is not None and match.group(1) in TRANSPORTS)
+
+
 def open_source(reference: str, options: SourceOptions | None = None) -> ImageSource:
     """The ``ImageSource`` for ``reference``; nothing is fetched except, for a bare reference,
     one daemon inspect that decides between the daemon and the registry."""
     options = options or SourceOptions()
-    transport, rest = split_transport(reference)
+    local = None if _has_transport(reference) else detect(reference)
+    if local is not None and local.reference is not None:
+        note = f"{reference} is a local {local.kind}: read as {local.reference}"
+        return _NotedSource(open_source(local.reference, options), note)
+    try:
+        transport, rest = split_transport(reference)
+    except InvalidReference as exc:
+        if local is not None:
+            raise InvalidReference(f"{exc}: {local.path!r} exists but {local.problem}") from None
+        raise
+    source = _open(transport, rest, reference, options)
+    if local is not None:
+        hint = f"a local path {local.path!r} exists, but {local.problem}"
+        return _NotedSource(source, "", failure_hint=hint)
+    return source
+
+
+def _open(transport: str | None, rest: str, reference: str, options: SourceOptions) -> ImageSource:
     if transport is not None and not rest:
         raise InvalidReference(f"image reference {reference!r} names nothing after {transport}:")
     if transport == "docker":
@@ -156,16 +186,28 @@ def _open_bare(reference: str, options: SourceOptions) -> ImageSource:
 
 
 class _NotedSource(ImageSource):
-    """Another source, with one note added to what ``resolve()`` returns."""
+    """Another source, with one note added to what ``resolve()`` returns, and a hint added
+    to the error when it fails to resolve."""
 
-    def __init__(self, inner: ImageSource, note: str) -> None:
+    def __init__(self, inner: ImageSource, note: str, *, failure_hint: str = "") -> None:
         self.inner = inner
         self.note = note
+        self.failure_hint = failure_hint
         self.parallel_safe = inner.parallel_safe
 
     def resolve(self) -> ResolvedImage:
-        resolved = self.inner.resolve()
+        try:
+            resolved = self.inner.resolve()
+        except SourceError as exc:
+            if not self.failure_hint:
+                raise
+            raise SourceError(f"{exc} ({self.failure_hint})") from exc
+        if not self.note:
+            return resolved
         return dataclasses.replace(resolved, notes=(*resolved.notes, self.note))
+
+    def platforms(self) -> tuple[Platform, ...]:
+        return self.inner.platforms()
 
     def open_blob(self, layer: LayerRef) -> BinaryIO:
         return self.inner.open_blob(layer)

@@ -34,7 +34,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from pinguard.errors import ResolveError
+from pinguard.errors import IndexUnreachable, ResolveError
 from pinguard.models import Platform
 from pinguard.target import major_minor, marker_environment, platform_machine
 
@@ -235,6 +235,11 @@ class SimpleIndex:
         self.fetched.append(url)
         try:
             resp = self.session.get(url, headers=headers, timeout=self.timeout)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            host = urllib.parse.urlsplit(url).netloc or url
+            raise IndexUnreachable(
+                f"could not reach the package index {host} (fetching {url}): {type(exc).__name__}"
+            ) from exc
         except requests.RequestException as exc:
             raise IndexFetchError(f"could not fetch {url!r}: {exc}") from exc
         return resp

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pinguard.errors import ResolveError
 from pinguard.repair.resolve.index import TargetEnvironment
-from pinguard.repair.resolve.uv import CompileResult, IndexOptions, parse_pins, run
+from pinguard.repair.resolve.uv import CompileResult, IndexOptions, network_failure, parse_pins, run
 
 
 def pip_compile_bin() -> str:
@@ -87,6 +87,9 @@ def compile_requirements(
         text = out.read_text(encoding="utf-8") if out.exists() else ""
     if proc.returncode == 0:
         return CompileResult(True, parse_pins(text), proc.stderr, tuple(command), "pip-tools")
+    unreachable = network_failure(proc.stderr)
+    if unreachable is not None:
+        raise unreachable
     if "ResolutionImpossible" in proc.stderr or "conflict" in proc.stderr.lower():
         return CompileResult(False, (), proc.stderr, tuple(command), "pip-tools")
     raise ResolveError(f"pip-compile failed: {proc.stderr.strip() or proc.stdout.strip()}")

@@ -12,16 +12,18 @@ failure. It never prints; failure to run uv at all is a :class:`ResolveError`.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from packaging.utils import NormalizedName, canonicalize_name
 
-from pinguard.errors import ResolveError
+from pinguard.errors import IndexUnreachable, ResolveError
 from pinguard.repair.resolve.index import TargetEnvironment
 
 INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
@@ -194,6 +196,47 @@ def run(
         raise ResolveError(f"{Path(command[0]).name} did not finish in {timeout:.0f}s") from exc
 
 
+# uv: "error sending request for url (https://host/simple/six/)" then the causes, one a line
+_UV_URL = re.compile(r"error sending request for url \((?P<url>[^)\s]+)\)")
+# pip: "HTTPSConnectionPool(host='host', port=443): Max retries exceeded ... NewConnectionError"
+_PIP_HOST = re.compile(r"ConnectionPool\(host='(?P<host>[^']+)', port=(?P<port>\d+)\)")
+_NETWORK_WORDS = (
+    "dns error",
+    "tcp connect error",
+    "client error (Connect)",
+    "operation timed out",
+    "Connection refused",
+    "Name or service not known",
+    "NewConnectionError",
+    "Max retries exceeded",
+)
+
+
+def network_failure(output: str) -> IndexUnreachable | None:
+    """The ``IndexUnreachable`` a resolver's output describes (uv's or pip's wording), naming
+    the host and the last cause; None when the output is not about reaching an index."""
+    if not any(word in output for word in _NETWORK_WORDS):
+        return None
+    match = _UV_URL.search(output)
+    if match is not None:
+        url = match.group("url")
+        host = urlsplit(url).netloc or url
+    else:
+        pip = _PIP_HOST.search(output)
+        if pip is None:
+            return None
+        url = ""
+        host = f"{pip.group('host')}:{pip.group('port')}"
+    causes = [
+        line.strip().removeprefix("cause:").strip()
+        for line in output.splitlines()
+        if line.strip().startswith("cause:")
+    ]
+    why = causes[-1] if causes else "network error"
+    where = f" (fetching {url})" if url else ""
+    return IndexUnreachable(f"could not reach the package index {host}{where}: {why}")
+
+
 def compile_requirements(
     requirements: Sequence[str],
     constraints: Sequence[str] = (),
@@ -235,6 +278,9 @@ def compile_requirements(
         proc = run(command, timeout=timeout, cwd=tmp)
     if proc.returncode == 0:
         return CompileResult(True, parse_pins(proc.stdout), proc.stderr, tuple(command))
+    unreachable = network_failure(proc.stderr)
+    if unreachable is not None:
+        raise unreachable
     if "No solution found" in proc.stderr or "unsatisfiable" in proc.stderr:
         return CompileResult(False, (), proc.stderr, tuple(command))
     raise ResolveError(f"uv pip compile failed: {proc.stderr.strip() or proc.stdout.strip()}")

@@ -1,0 +1,174 @@
+"""The summary every human-facing report leads with, and which changes the details list.
+
+``header`` is what the first lines of every format state besides the image: pinguard's
+version, the policy that judged the image (its source and each file's digest) and the
+platform. ``summarize`` counts, per environment, the changes of each kind and the unmet
+requirements; the unwaived findings per severity; and, per step that changed something, its
+counts, as trivy leads with its summary table. ``listed`` decides what the details show by
+default: every change except the distributions a step added to an environment that did not
+exist before it (a base image's or a root filesystem's whole inventory, which the summary
+counts), unless a finding names the package or a requirement on it is unmet in that step;
+``RenderOptions.all`` (``--all``) lists everything. Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pinguard import __version__
+from pinguard.models import AuditResult, Change, ChangeKind, Severity, Step
+from pinguard.report.why import command_text
+
+# the order the summary's columns and counts use
+KINDS = (
+    ChangeKind.ADDED,
+    ChangeKind.UPGRADED,
+    ChangeKind.DOWNGRADED,
+    ChangeKind.REMOVED,
+    ChangeKind.REINSTALLED,
+    ChangeKind.CHANGED,
+)
+MARK = {
+    ChangeKind.ADDED: "+",
+    ChangeKind.REMOVED: "\u2212",
+    ChangeKind.UPGRADED: "\u25b2",
+    ChangeKind.DOWNGRADED: "\u25bc",
+    ChangeKind.REINSTALLED: "\u21bb",
+    ChangeKind.CHANGED: "?",
+}
+
+
+def header(result: AuditResult) -> list[tuple[str, str]]:
+    """``[("pinguard", version), ("policy", ...), ("platform", ...)]`` for a report's head."""
+    policy = result.policy.describe() if result.policy is not None else "not judged"
+    platform = str(result.image.platform) if result.image.platform else "unknown"
+    return [("pinguard", __version__), ("policy", policy), ("platform", platform)]
+
+
+def policy_pairs(result: AuditResult) -> list[tuple[str, str]]:
+    """The policy as name/value pairs for formats with free properties (SBOMs, JUnit):
+    ``("policy:source", "discovered")`` and one ``("policy:file", "PATH sha256:HEX")`` per
+    file; none when no policy judged ``result``."""
+    if result.policy is None:
+        return []
+    return [("policy:source", result.policy.kind)] + [
+        ("policy:file", f"{path} {digest}") for path, digest in result.policy.files
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentSummary:
+    path: str
+    python: str
+    distributions: int
+    counts: tuple[int, ...]  # per KINDS
+    unmet: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    index: int
+    command: str  # on one line
+    counts: tuple[int, ...]  # per KINDS
+    unmet: int
+    hidden: int  # changes the details leave out by default
+
+    def text(self) -> str:
+        """``+3 ▲1 ▼1 unmet 1``."""
+        parts = [f"{MARK[k]}{n}" for k, n in zip(KINDS, self.counts, strict=True) if n]
+        if self.unmet:
+            parts.append(f"unmet {self.unmet}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    environments: tuple[EnvironmentSummary, ...]
+    findings: tuple[int, int, int]  # unwaived errors, warnings, infos
+    waived: int
+    steps: tuple[StepSummary, ...]  # the steps that changed something
+
+    def findings_text(self) -> str:
+        """``1 error, 2 warnings, 0 info; 1 waived`` (``no findings`` when none at all)."""
+        errors, warnings, infos = self.findings
+        if not (errors or warnings or infos or self.waived):
+            return "no findings"
+        text = (
+            f"{errors} error{'s' if errors != 1 else ''}, "
+            f"{warnings} warning{'s' if warnings != 1 else ''}, {infos} info"
+        )
+        return text + (f"; {self.waived} waived" if self.waived else "")
+
+
+def _flagged(result: AuditResult) -> set[tuple[str | None, str]]:
+    return {(f.environment, f.package) for f in result.findings if f.package}
+
+
+def listed(result: AuditResult, step: Step, show_all: bool = False) -> list[Change]:
+    """The changes of ``step`` the details show (see the module docstring), sorted."""
+    changes = sorted(step.changes, key=lambda c: (c.environment, c.name))
+    if show_all:
+        return changes
+    new_envs = _new_environments(result)[step.index]
+    flagged = _flagged(result)
+    unmet = {(u.environment, u.package) for u in step.unmet}
+    return [
+        c
+        for c in changes
+        if not (c.kind is ChangeKind.ADDED and c.environment in new_envs)
+        or (c.environment, c.name) in flagged
+        or (None, c.name) in flagged
+        or (c.environment, c.name) in unmet
+    ]
+
+
+def _new_environments(result: AuditResult) -> dict[int, set[str]]:
+    """step index -> the environments that had no distribution before that step."""
+    seen: set[str] = set()
+    out: dict[int, set[str]] = {}
+    for step in result.steps:
+        envs = {c.environment for c in step.changes}
+        out[step.index] = envs - seen
+        seen |= envs
+    return out
+
+
+def summarize(result: AuditResult, show_all: bool = False) -> Summary:
+    """The summary of ``result`` (see the module docstring)."""
+    per_env: dict[str, list[int]] = {}
+    unmet_env: dict[str, set[tuple[str, str]]] = {}
+    steps: list[StepSummary] = []
+    for step in result.steps:
+        if not step.changes and not step.unmet:
+            continue
+        counts = [sum(1 for c in step.changes if c.kind is k) for k in KINDS]
+        for c in step.changes:
+            per_env.setdefault(c.environment, [0] * len(KINDS))[KINDS.index(c.kind)] += 1
+        for u in step.unmet:
+            unmet_env.setdefault(u.environment, set()).add((u.package, u.requirement))
+        hidden = len(step.changes) - len(listed(result, step, show_all))
+        steps.append(
+            StepSummary(
+                step.index, command_text(step.created_by), tuple(counts), len(step.unmet), hidden
+            )
+        )
+    envs = []
+    for env in result.final.environments:
+        counts = per_env.get(env.path, [0] * len(KINDS))
+        envs.append(
+            EnvironmentSummary(
+                env.path,
+                env.python or "?",
+                len(env.distributions),
+                tuple(counts),
+                len(unmet_env.get(env.path, ())),
+            )
+        )
+    open_ = [f for f in result.findings if not f.waived]
+    findings = (
+        sum(1 for f in open_ if f.severity is Severity.ERROR),
+        sum(1 for f in open_ if f.severity is Severity.WARNING),
+        sum(1 for f in open_ if f.severity is Severity.INFO),
+    )
+    waived = sum(1 for f in result.findings if f.waived)
+    return Summary(tuple(envs), findings, waived, tuple(steps))
