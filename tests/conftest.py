@@ -246,3 +246,23 @@ def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanServi
     require_root()
     with podman_service(tmp_path_factory.mktemp("podman")) as service:
         yield service
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--large-corpus",
+        action="store_true",
+        help="also run the tests on large real wheels (torch's CUDA wheel, about 800 MB)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``large_corpus`` run only with ``--large-corpus`` (deselected, not
+    skipped: the default run never downloads the large wheels)."""
+    if config.getoption("--large-corpus"):
+        return
+    keep = [i for i in items if i.get_closest_marker("large_corpus") is None]
+    dropped = [i for i in items if i.get_closest_marker("large_corpus") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -160,7 +160,8 @@ class Resolution:
     ``path`` is the name the loader opens (as ``ld.so --list`` prints it), ``real`` the
     regular file it is after symlinks; both None when nothing is found. ``via`` is
     ``DT_RPATH``, ``LD_LIBRARY_PATH``, ``DT_RUNPATH``, ``ld.so.conf``, ``ld.so.conf (soname)``,
-    ``default`` or ``path`` (a NEEDED with a slash); ``directory`` is the entry that matched.
+    ``default``, ``path`` (a NEEDED with a slash) or ``preload``; ``directory`` is the entry
+    that matched (for a preload, the preloaded file's directory).
     """
 
     consumer: str
@@ -169,6 +170,12 @@ class Resolution:
     real: str | None
     via: str
     directory: str = ""
+    # "search": the search order alone predicts it (the library a process gets unless
+    # something loaded that soname first); "preload": the package that owns the consumer
+    # (or one it requires) loads this file by path on import, and glibc reuses it
+    basis: str = "search"
+    preloaded_by: str = ""  # the package and where its code says so (basis "preload")
+    search_real: str | None = None  # what the search order alone would give, if different
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,9 +83,19 @@ def rules(res: AuditResult, policy: str = "") -> list[tuple[str, str]]:
     ]
 
 
+PROBE = f"{ENV}/torch/lib/libtorch_probe.so"
+PROBE_LIB = dataclasses.replace(TORCH_LIB, path=PROBE, soname="libtorch_probe.so", rpath=())
+LOADS_DEB = Resolution(PROBE, "libnccl.so.2", DEB, DEB, "LD_LIBRARY_PATH", "/usr/lib")
+
+
 def test_duplicate_names_both_versions_and_what_torch_loads() -> None:
-    """A wheel and a deb both provide libnccl.so.2: both versions, and torch's pick."""
-    found = rules(with_native(nccl_wheel(), DEB_NCCL, TORCH_LIB, resolutions=(LOADS_WHEEL,)))
+    """Two Python consumers load different copies of libnccl.so.2 (a wheel's, a deb's):
+    both versions, and each consumer's pick."""
+    found = rules(
+        with_native(
+            nccl_wheel(), DEB_NCCL, TORCH_LIB, PROBE_LIB, resolutions=(LOADS_WHEEL, LOADS_DEB)
+        )
+    )
     assert len(found) == 1
     rule, message = found[0]
     assert rule == "native-duplicate"
@@ -95,6 +105,21 @@ def test_duplicate_names_both_versions_and_what_torch_loads() -> None:
     assert f"{TORCH} loads {WHEEL} (2.30.3+cuda13.0, via DT_RPATH)" in message
 
 
+def test_system_copy_outside_python_is_inventory() -> None:
+    """A deb copy no Python consumer loads is inventory, not a warning (issue 17: only
+    copies Python's processes can load matter)."""
+    assert rules(with_native(nccl_wheel(), DEB_NCCL, TORCH_LIB, resolutions=(LOADS_WHEEL,))) == []
+
+
+def test_identical_copies_are_inventory() -> None:
+    """Two byte-identical copies loaded by two consumers: nothing can skew."""
+    same = dataclasses.replace(DEB_NCCL, digest=nccl_wheel().digest)
+    res = with_native(
+        nccl_wheel(), same, TORCH_LIB, PROBE_LIB, resolutions=(LOADS_WHEEL, LOADS_DEB)
+    )
+    assert rules(res) == []
+
+
 def test_one_owner_is_no_duplicate() -> None:
     """One provider: nothing to report."""
     assert rules(with_native(nccl_wheel(), TORCH_LIB)) == []
@@ -102,7 +127,9 @@ def test_one_owner_is_no_duplicate() -> None:
 
 def test_duplicate_is_waivable_by_soname() -> None:
     """A waiver may name the soname (normalized) instead of an owner."""
-    res = with_native(nccl_wheel(), DEB_NCCL)
+    res = with_native(
+        nccl_wheel(), DEB_NCCL, TORCH_LIB, PROBE_LIB, resolutions=(LOADS_WHEEL, LOADS_DEB)
+    )
     policy = (
         '[[waiver]]\npackage = "libnccl.so.2"\nrule = "native-duplicate"\n'
         'reason = "deb kept for the fabric tools"\nexpires = 2027-01-31\n'

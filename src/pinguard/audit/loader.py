@@ -20,6 +20,8 @@ for directories and files, inside the image's own tree. Limits (docs/native.md):
 of the objects that loaded this one (the executable's, say) is not searched, libraries
 already loaded under the same soname are not reused, ``glibc-hwcaps`` subdirectories are not
 searched, and an ``ld.so.cache`` that ``ldconfig`` was not re-run for is taken as fresh.
+Libraries a package loads itself on import (``pinguard.audit.preload``) override the search
+for the consumers of that package and of packages that require it.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from packaging.utils import canonicalize_name
+
+from pinguard.audit.preload import Preload, preloads
 from pinguard.catalog.native import FileView
-from pinguard.models import NativeLibrary, Resolution, Snapshot
+from pinguard.models import Environment, NativeLibrary, Resolution, Snapshot
 
 #: The multiarch triplet Debian uses per machine (``platform_machine``).
 TRIPLETS = {
@@ -155,17 +161,59 @@ def _one(
 WATCHED = ("libnccl.so*", "libcudnn*.so*", "libcublas*.so*", "libcudart.so*")
 
 
+def _requires(env: Environment) -> dict[str, frozenset[str]]:
+    """Each distribution's name -> the names its Requires-Dist lines name."""
+    out: dict[str, frozenset[str]] = {}
+    for dist in env.distributions:
+        names = set()
+        for line in dist.requires_dist:
+            m = _REQ_NAME.match(line)
+            if m:
+                names.add(canonicalize_name(m.group(0)))
+        out[str(dist.name)] = frozenset(names)
+    return out
+
+
+_REQ_NAME = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _preloaded(
+    lib: NativeLibrary,
+    environments: Sequence[Environment],
+    loaded: Sequence[Preload],
+    requires: Mapping[str, Mapping[str, frozenset[str]]],
+) -> dict[str, Preload]:
+    """soname -> what the consumer's own package, or a package it requires, preloads."""
+    if lib.owner_kind != "wheel" or lib.owner is None or lib.owner_environment is None:
+        return {}
+    owner = str(canonicalize_name(lib.owner))
+    deps = requires.get(lib.owner_environment, {}).get(owner, frozenset())
+    out: dict[str, Preload] = {}
+    for pre in loaded:
+        if pre.environment != lib.owner_environment:
+            continue
+        if pre.package == owner or pre.package in deps or owner.startswith(pre.package + "-"):
+            out.setdefault(pre.soname, pre)
+    return out
+
+
 def resolve_state(
     libs: Sequence[NativeLibrary],
     view: FileView,
     config: LoaderConfig,
     watched: Sequence[str] = WATCHED,
+    environments: Sequence[Environment] = (),
+    loaded: Sequence[Preload] = (),
 ) -> tuple[Resolution, ...]:
     """Resolutions for every library that needs a watched soname or one provided twice.
 
     A soname is provided by a file named like it or declaring it as ``DT_SONAME``; provided
     twice means by two different regular files. Sorted by consumer, then ``DT_NEEDED`` order.
+    A consumer whose package (or a package it requires) preloads a soname on import gets the
+    preloaded file (``basis="preload"``, the search order's answer beside it); every other
+    resolution is the search order's alone (``basis="search"``).
     """
+    requires = {env.path: _requires(env) for env in environments}
     providers: dict[str, set[str]] = {}
     by_soname: dict[str, list[str]] = {}
     for lib in libs:
@@ -185,12 +233,30 @@ def resolve_state(
             fnmatch.fnmatchcase(soname, w) for w in watched
         )
 
+    preloaded = {pre.soname for pre in loaded}
     out: list[Resolution] = []
     for lib in sorted(libs, key=lambda x: x.path):
-        if any(interesting(n) for n in lib.needed):
-            out.extend(
-                r for r in resolve_needed(lib, view, config, by_soname) if interesting(r.needed)
-            )
+        if not any(interesting(n) or n in preloaded for n in lib.needed):
+            continue
+        first = _preloaded(lib, environments, loaded, requires) if loaded else {}
+        for r in resolve_needed(lib, view, config, by_soname):
+            pre = first.get(r.needed)
+            if pre is not None:
+                real = view.real_file(pre.path)
+                out.append(
+                    dataclasses.replace(
+                        r,
+                        path=pre.path,
+                        real=real,
+                        via="preload",
+                        directory=posixpath.dirname(pre.path),
+                        basis="preload",
+                        preloaded_by=f"{pre.package} ({pre.source})",
+                        search_real=r.real,
+                    )
+                )
+            elif interesting(r.needed):
+                out.append(r)
     return tuple(out)
 
 
@@ -208,9 +274,11 @@ def attach_native(
     written: Iterable[str],
     view: FileView,
     config: LoaderConfig,
+    files: Mapping[str, bytes] | None = None,
 ) -> Snapshot:
     """``snap`` with each library's layer (this one for what it wrote, else the one before)
-    and the loader's resolutions in this state."""
+    and the loader's resolutions in this state (``files``: the captured package files the
+    preload model reads)."""
     wrote = set(written)
     before = {lib.path: lib.layer for lib in previous.native}
     libs = tuple(
@@ -219,4 +287,6 @@ def attach_native(
         )
         for lib in snap.native
     )
-    return dataclasses.replace(snap, native=libs, resolutions=resolve_state(libs, view, config))
+    loaded = preloads(snap.environments, files or {}, libs)
+    resolutions = resolve_state(libs, view, config, WATCHED, snap.environments, loaded)
+    return dataclasses.replace(snap, native=libs, resolutions=resolutions)

@@ -413,7 +413,13 @@ def build_result(
                 debian=dpkg.STATUS in state.files,
             )
             snap = attach_native(
-                snap, previous, layer.digest, analysis.streamed, native.state_view(state), loader
+                snap,
+                previous,
+                layer.digest,
+                analysis.streamed,
+                native.state_view(state),
+                loader,
+                state.files,
             )
         for item in snap.incomplete:
             if item.why != python.OUTSIDE:  # where nothing reaches: the final state says

@@ -28,6 +28,7 @@ COMMANDS = (
     "gate",
     "attest",
     "verify",
+    "probe",
 )
 
 

@@ -69,8 +69,31 @@ def _by_real(final: Snapshot) -> dict[str, NativeLibrary]:
     return {lib.path: lib for lib in final.native}
 
 
+def python_loads(final: Snapshot) -> dict[str, set[str]]:
+    """soname -> the files Python's processes can load for it: what the resolutions of
+    consumers inside a Python environment give, followed through what those files need in
+    turn (one process's dependency closure, as far as resolutions were computed)."""
+    roots = tuple(
+        (env.real_path or env.path).rstrip("/") + "/" for env in final.environments
+    ) + tuple(env.path.rstrip("/") + "/" for env in final.environments)
+    inside = {lib.path for lib in final.native if lib.path.startswith(roots)}
+    loads: dict[str, set[str]] = defaultdict(set)
+    grew = True
+    while grew:
+        grew = False
+        for res in final.resolutions:
+            if res.consumer in inside and res.real is not None:
+                loads[res.needed].add(res.real)
+                if res.real not in inside:
+                    inside.add(res.real)
+                    grew = True
+    return loads
+
+
 def native_duplicate(facts: Facts) -> Iterator[Hit]:
-    """Sonames that files of two or more owners provide, with who loads which."""
+    """Sonames of which Python's processes can load two different copies, with who loads
+    which. Identical copies, copies no Python consumer reaches and system copies outside
+    every Python consumer's closure are inventory (JSON, SBOM), not findings."""
     final = facts.result.final
     groups: dict[str, list[NativeLibrary]] = defaultdict(list)
     for lib in final.native:
@@ -79,10 +102,14 @@ def native_duplicate(facts: Facts) -> Iterator[Hit]:
             groups[name].append(lib)
     libs_by_path = _by_real(final)
     writers = _writers(facts)
+    reachable = python_loads(final)
     for soname, libs in sorted(groups.items()):
         owners = {_key(lib) for lib in libs}
         if len(owners) < 2:
             continue
+        loaded = reachable.get(soname, set())
+        if len({libs_by_path[p].digest for p in loaded if p in libs_by_path}) < 2:
+            continue  # one copy (or identical copies) is all Python can load
         libs.sort(key=lambda lib: lib.path)
         loads: list[str] = []
         for res in final.resolutions:

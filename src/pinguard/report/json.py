@@ -74,6 +74,9 @@ def resolution_dict(r: Resolution) -> JsonObject:
         "real": r.real,
         "via": r.via or None,
         "directory": r.directory or None,
+        "basis": r.basis,
+        **({"preloaded_by": r.preloaded_by} if r.preloaded_by else {}),
+        **({"search_order": r.search_real} if r.basis == "preload" else {}),
     }
 
 
