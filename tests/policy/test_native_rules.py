@@ -65,10 +65,18 @@ LOADS_WHEEL = Resolution(TORCH, "libnccl.so.2", WHEEL, WHEEL, "DT_RPATH", f"{ENV
 
 
 def with_native(
-    *libs: NativeLibrary, resolutions: tuple[Resolution, ...] = (), steps: Sequence[Step] = ()
+    *libs: NativeLibrary,
+    resolutions: tuple[Resolution, ...] = (),
+    steps: Sequence[Step] = (),
+    installer: str | None = "pip",
 ) -> AuditResult:
     base = result(
-        environment(dist("torch", "2.12.1+cu130"), dist("nvidia-nccl-cu13", "2.30.3")),
+        environment(
+            *(
+                dataclasses.replace(d, installer=installer)
+                for d in (dist("torch", "2.12.1+cu130"), dist("nvidia-nccl-cu13", "2.30.3"))
+            )
+        ),
         steps=steps or (step(1), step(2)),
     )
     final = dataclasses.replace(base.final, native=tuple(libs), resolutions=resolutions)
@@ -285,3 +293,11 @@ def test_native_pin_loads() -> None:
     assert (pin.soname, str(pin.specifier), pin.consumer) == ("libnccl.so.2", "==2.30.*", "torch")
     assert pin.origin.line == 1
     assert isinstance(Snapshot().native, tuple)
+
+
+def test_record_mismatch_needs_an_installer() -> None:
+    """A distribution without INSTALLER (Debian's pybuild packages, stripped after RECORD
+    was written) is not judged on RECORD hashes; the same file from pip is."""
+    changed = dataclasses.replace(nccl_wheel(), record_digest="sha256=ZZZZ")
+    assert rules(with_native(changed, installer=None)) == []
+    assert [r for r, _ in rules(with_native(changed))] == ["native-mismatch"]

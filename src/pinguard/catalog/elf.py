@@ -290,6 +290,12 @@ class ElfScanner:
         if self._phdrs is None:
             self._phdrs = (phoff, end)
             if self._want(phoff, end, at, "the program header table"):
+                # program headers late in the file (BOLT moves them to its new segment):
+                # until they are read nothing says where the rest lies, so keep all before
+                # them (spooled) and let go of what turns out not to be needed
+                first = self._pieces[0].end
+                if first < phoff:
+                    self._want(first, phoff, at, None)
                 return True
         table = self._read(phoff, end - phoff)
         if len(table) < end - phoff:

@@ -144,6 +144,16 @@ def _release(raw: str) -> tuple[int, ...] | None:
 def native_mismatch(facts: Facts) -> Iterator[Hit]:
     """Banners that contradict the owner's version; wheel files that differ from RECORD."""
     writers = _writers(facts)
+    # A distribution with no INSTALLER was not installed from a wheel by an installer:
+    # Debian's python3-* packages are built with pybuild, and dh_strip rewrites their
+    # shared objects after RECORD was written, so RECORD's hash cannot match and says
+    # nothing (checked on Debian 12's python3-cryptography and python3-yaml).
+    installed = {
+        (env.path, str(d.name))
+        for env in facts.result.final.environments
+        for d in env.distributions
+        if d.installer
+    }
     for lib in facts.result.final.native:
         if lib.owner is None:
             continue
@@ -163,7 +173,12 @@ def native_mismatch(facts: Facts) -> Iterator[Hit]:
                 problems.append(f"the library says {lib.version}, its owner is {lib.owner_version}")
                 versions = (lib.owner_version, lib.version)
         digest = lib.record_digest or ""
-        if digest.startswith("sha256=") and digest.rstrip("=") != lib.digest.rstrip("="):
+        by_installer = (lib.owner_environment, str(canonicalize_name(lib.owner))) in installed
+        if (
+            by_installer
+            and digest.startswith("sha256=")
+            and digest.rstrip("=") != lib.digest.rstrip("=")
+        ):
             problems.append("its content differs from the hash in the wheel's RECORD")
             versions = versions or ((lib.owner_version or "",))
         if not problems:
