@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pinguard.catalog import elf
@@ -193,6 +193,13 @@ _name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-$/", min_size=1
     ),
     strs=st.lists(_name, min_size=4, max_size=4),
     chunk=st.sampled_from([1, 7, 512, 4093, 65536, 1 << 20]),
+)
+@example(  # a whole object smaller than the first read, in one chunk (jaxlib's utils.so)
+    order=["strtab", "fill1", "dynamic", "fill2"],
+    flags={"strtab": _PF_R, "dynamic": _PF_R | _PF_W, "fill1": _PF_R | _PF_X, "fill2": _PF_R},
+    sizes={"fill1": 80, "fill2": 32},
+    strs=["libc.so.6", "libm.so.6", "utils.so", "$ORIGIN"],
+    chunk=1 << 20,
 )
 def test_any_segment_order_reads_like_pyelftools(
     order: list[str],

@@ -134,6 +134,7 @@ class _Piece:
         have = self.start + self.length
         if have >= self.end or not at <= have < at + len(data):
             return
+        self._buf.seek(self.length)  # a read may have moved the position
         self.length += self._buf.write(data[have - at : min(self.end, at + len(data)) - at])
 
     def read(self, off: int, size: int) -> bytes:
@@ -261,6 +262,8 @@ class ElfScanner:
             if piece is None:
                 break
             more = piece.read(off, size - len(out))
+            if not more:
+                break
             out += more
             off += len(more)
         return out
@@ -320,8 +323,9 @@ class ElfScanner:
         if dynamic is None:
             self._entries = []  # a static object: nothing to resolve
             return False
+        # progress either way: the dynamic segment may already be kept (a small file)
         off, size = dynamic[0], min(dynamic[1], PIECE_CAP)
-        named = self._want(off, off + size, at, "the dynamic segment")
+        self._want(off, off + size, at, "the dynamic segment")
         # A string table placed before the dynamic segment has streamed past when the
         # dynamic segment names it, so keep where every linker puts one: the start of the
         # segment that starts the file and of each read-only segment, up to the dynamic
@@ -329,8 +333,8 @@ class ElfScanner:
         for lo, seg_end in sorted(candidates):
             hi = min(seg_end, off, lo + STRTAB_WINDOW)
             if max(lo, at) < hi:
-                named = self._want(lo, hi, at, None) or named
-        return named
+                self._want(lo, hi, at, None)
+        return True
 
     def _read_dynamic(self, at: int) -> bool:
         layout = self._layout
@@ -377,10 +381,9 @@ class ElfScanner:
             if piece not in keep:
                 piece.close()
         self._pieces = keep
-        named = False
         for lo, hi in spans:
-            named = self._want(lo, hi, at, "the dynamic string table") or named
-        return named
+            self._want(lo, hi, at, "the dynamic string table")
+        return True  # progress: the next step finds nothing more to do
 
     def _scan(self, data: bytes) -> None:
         window = self._tail + data
