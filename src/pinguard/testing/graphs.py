@@ -23,10 +23,10 @@ class GraphDist:
     requires: tuple[str, ...]
 
 
-def requirement_graph(count: int, seed: int = 19) -> tuple[GraphDist, ...]:
+def requirement_graph(count: int, seed: int = 19, prefix: str = "pkg") -> tuple[GraphDist, ...]:
     """``count`` distributions named ``pkg-0000``...; 60% added, 30% moved, 10% unchanged."""
     rng = random.Random(seed)
-    names = [f"pkg-{i:04d}" for i in range(count)]
+    names = [f"{prefix}-{i:04d}" for i in range(count)]
     out: list[GraphDist] = []
     for i, name in enumerate(names):
         requires: list[str] = []
