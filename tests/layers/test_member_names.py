@@ -386,7 +386,7 @@ def test_flags_round_trip_through_the_cache(tmp_path: Path) -> None:
     ref, (layer,) = _layout(tmp_path, [_tar([(DOTDOT_NAME, _metadata("x"), {})])])
     options = AuditOptions(cache_dir=tmp_path / "cache")
     cold = audit_image(ref, options=options)
-    (entry,) = (tmp_path / "cache").iterdir()
+    (entry,) = (tmp_path / "cache").glob("sha256-*.json")
     entry_flags = json.loads(entry.read_text())["name_flags"]
     assert entry_flags == [[DOTDOT, DOTDOT_NAME, f"/{SITE}/x-1.0.dist-info/METADATA", 1]]
     blob = tmp_path / "layout" / "blobs" / "sha256" / layer.removeprefix("sha256:")
@@ -444,3 +444,4 @@ def test_relative_symlinks_and_plain_hard_links_are_not_flagged(tmp_path: Path) 
     code, out = cli("audit", ref, "--no-cache", "--format", "json")
     assert json.loads(out)["incomplete"] == []
     assert code == 0
+

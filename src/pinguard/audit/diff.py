@@ -19,15 +19,13 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform, Unmet
-from pinguard.target import marker_environment, parse_requirement
+from pinguard.target import REQUIREMENT_CACHE, cached_requirement, marker_environment
 
 MAX_CHAIN = 8
 _MOVES = frozenset(
     {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED, ChangeKind.CHANGED}
 )
-# Distinct Requires-Dist strings kept parsed (each under 4096 characters: the catalog's cap).
-# A large ML image holds a few thousand; steps and environments repeat most of them.
-PARSE_CACHE = 32768
+PARSE_CACHE = REQUIREMENT_CACHE  # distinct Requires-Dist strings kept parsed (bounded LRU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +40,7 @@ class _Parsed:
 
 @lru_cache(maxsize=PARSE_CACHE)
 def _parse(text: str) -> _Parsed | None:
-    req = parse_requirement(text)
+    req = cached_requirement(text)
     if req is None:
         return None
     marker = str(req.marker) if req.marker is not None else None
