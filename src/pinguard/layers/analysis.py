@@ -227,10 +227,10 @@ def analyze_stream(
     limits = limits or LayerLimits()
     expected_diff = Digest.parse(diff_id, f"layer {digest} diff_id") if diff_id else None
     verifier = VerifyingReader(raw, digest, size, progress, prefetch=prefetch)
+    names = MemberNames()
     try:
         result = LayerAnalysis(digest=digest or "")
         counter = [0]
-        names = MemberNames()
         tar_hash = hashlib.new(expected_diff.algorithm if expected_diff else "sha256")
         inflated = Inflated()
         try:
@@ -251,8 +251,7 @@ def analyze_stream(
             src.drain()
             result.name_flags = names.flags()
             if result.opaque:
-                made = set(names.directories)
-                result.opaque_made = sorted(p for p in set(result.opaque) if p in made)
+                result.opaque_made = sorted(names.made(result.opaque))
             result.members = counter[0]
             result.size = src.total
             result.diff_id = f"{tar_hash.name}:{tar_hash.hexdigest()}"
@@ -284,6 +283,7 @@ def analyze_stream(
             )
     finally:
         verifier.close()
+        names.close()
     return result
 
 
