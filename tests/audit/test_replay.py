@@ -127,3 +127,31 @@ def test_shared_distributions_are_written_once(tmp_path: Path) -> None:
     held = sum(len(env.distributions) for snap in result.snapshots for env in snap.environments)
     assert held > len(distinct)
     assert len(rows) == len(distinct)
+
+
+def test_the_key_follows_everything_a_replay_depends_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Analyzers and limits, platform, config, each layer digest and diff_id, their order,
+    and the packaging release each give another key; the same inputs the same key."""
+    import packaging
+
+    from pinguard.audit.replay import replay_key
+    from pinguard.models import Platform
+    from pinguard.sources.interface import LayerRef
+
+    a = LayerRef("sha256:" + "a" * 64, 10, diff_id="sha256:" + "c" * 64)
+    b = LayerRef("sha256:" + "b" * 64, 10, diff_id="sha256:" + "d" * 64)
+    amd64 = Platform("linux", "amd64")
+    config = {"history": [{"created_by": "RUN x"}]}
+    base = replay_key("k1", amd64, config, [a, b])
+    assert replay_key("k1", amd64, dict(config), [a, b]) == base
+    others = [
+        replay_key("k2", amd64, config, [a, b]),
+        replay_key("k1", Platform("linux", "arm64"), config, [a, b]),
+        replay_key("k1", amd64, {"history": [{"created_by": "RUN y"}]}, [a, b]),
+        replay_key("k1", amd64, config, [b, a]),
+        replay_key("k1", amd64, config, [a]),
+        replay_key("k1", amd64, config, [a, LayerRef(b.digest, 10, diff_id="sha256:" + "e" * 64)]),
+    ]
+    monkeypatch.setattr(packaging, "__version__", "0.0")
+    others.append(replay_key("k1", amd64, config, [a, b]))
+    assert len({base, *others}) == len(others) + 1

@@ -6,8 +6,9 @@ with the loader's resolutions, the incomplete items, the history notes, the fina
 digests), so a warm audit reads one entry instead of every layer's analysis and replays
 nothing. The key (``replay_key``) is a digest over the entry format, the source of every
 module that takes part in the replay (``pinguard.audit``, ``pinguard.layers``,
-``pinguard.catalog``, ``pinguard.models``, ``pinguard.target``), the layer cache's key (the
-analyzers' names, versions and options) and limits, the platform, the image config's
+``pinguard.catalog``, ``pinguard.models``, ``pinguard.target``), the Python and
+``packaging`` versions (PEP 440 order and markers), the layer cache's key (the analyzers'
+names, versions and options) and limits, the platform, the image config's
 canonical JSON (its history, Env and diff_ids) and the chain of layer digests and diff_ids in
 order. Entries are written atomically and carry the sha256 of their own canonical JSON, as
 layer entries do; an entry that fails that check, or does not decode into the models, is a
@@ -22,6 +23,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -29,6 +31,8 @@ from functools import cache
 from importlib import import_module
 from pathlib import Path
 from typing import Any
+
+import packaging
 
 from pinguard.fileio import atomic_write
 from pinguard.layers.cache import entry_digest, source_digest
@@ -65,7 +69,9 @@ def replay_key(
     layers: Sequence[LayerRef],
 ) -> str:
     """The entry key for this image chain replayed by this code with these analyzers."""
-    h = hashlib.sha256(f"replay={FORMAT}\0{layers_key}\0{platform!r}\0".encode())
+    # packaging orders versions and evaluates markers: another release may judge otherwise
+    runtime = f"python={sys.version_info[:3]}\0packaging={packaging.__version__}\0"
+    h = hashlib.sha256(f"replay={FORMAT}\0{layers_key}\0{platform!r}\0{runtime}".encode())
     for name in REPLAYERS:
         h.update(f"{name}={source_digest(import_module(name))}\0".encode())
     h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode() + b"\0")
