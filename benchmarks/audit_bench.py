@@ -8,9 +8,15 @@ and incompressible binary data. It starts Debian's ``docker-registry`` on 127.0.
 suite's launcher), pushes the image with ``skopeo`` when the registry does not hold it yet, and
 measures: the floor (fetching and inflating every layer and nothing else, one process per core),
 the cold ``pinguard audit docker://...`` (a subprocess with an empty cache directory), the warm
-audit (same cache), their peak memory, and the extra cost of ``--verify-records``. It prints a
-small table and is not a test; ``--smoke`` runs the same steps on a few MB in well under a minute
-(``tests/test_benchmark_smoke.py`` runs it once).
+audit (same cache), their peak memory, and the extra cost of ``--verify-records``. The last
+two layers also carry a requirement graph (``--graph`` distributions from
+``pinguard.testing.graphs``, most of them moved in the last step), so the cause search is
+measured on real Requires-Dist chains. Each audit runs twice: with this checkout's code and
+with the last release's (``--baseline``, default ``HEAD~1``, extracted with ``git archive``),
+and every figure is printed beside the floor and beside the baseline as ratios;
+``--max-ratio`` makes the script fail when a CPU ratio against the baseline passes it. It
+prints a small table and is not a test; ``--smoke`` runs the same steps on a few MB in well
+under a minute (``tests/test_benchmark_smoke.py`` runs it once, with a margin).
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinguard.testing.graphs import requirement_graph
 from pinguard.testing.images import CREATED, ImageWriter, parent_entries
 
 ROOT = Path(__file__).resolve().parent.parent
-GEN_VERSION = 1  # bump when the generated content changes
+GEN_VERSION = 2  # bump when the generated content changes
 SITE = "usr/local/lib/python3.12/site-packages"
 MTIME = 1764374400
 REPO = "bench/big"
@@ -162,6 +169,20 @@ class LayerPlan:
     opaque: list[str] = field(default_factory=list)
     base: bool = False
     zstd: bool = False
+
+
+def add_graph(plans: list[LayerPlan], count: int) -> None:
+    """The requirement graph: its old versions in the last layer but one, its step in the last."""
+    if count <= 0 or len(plans) < 2:
+        return
+    for g in requirement_graph(count, prefix="graph"):
+        old = DistPlan(g.name, g.before, list(g.requires)) if g.before is not None else None
+        if old is not None:
+            plans[-2].add.append(old)
+        if g.before != g.after:
+            if old is not None:
+                plans[-1].remove.append(old)
+            plans[-1].add.append(DistPlan(g.name, g.after, list(g.requires)))
 
 
 def plan_image(
@@ -362,11 +383,11 @@ def write_layer(args: tuple[LayerPlan, Path, int, int]) -> dict[str, Any]:
             rel = f"{sub}/m{k:05d}.{ext}"
             if n % 50 == 7 and k == 1:  # an occasional very long path (GNU/PAX long names)
                 rel = f"{dist.module}/" + "/".join(["deeply_nested_directory_name"] * 6) + "/mod.py"
-            data = _content(rng, kind, size)
+            payload = _content(rng, kind, size)
             path = f"{SITE}/{rel}"
             dirs_for(path)
-            w.file(path, data)
-            records.append(f"{rel},{_record_hash(data)},{len(data)}")
+            w.file(path, payload)
+            records.append(f"{rel},{_record_hash(payload)},{len(payload)}")
         meta = [
             "Metadata-Version: 2.1",
             f"Name: {dist.name}",
@@ -442,9 +463,10 @@ def build_image(
     level: int,
     jobs: int,
     log: Any,
+    graph: int = 0,
 ) -> Image:
     """The OCI layout for these parameters, generated once and reused from ``workdir``."""
-    key = f"v{GEN_VERSION}-{total}-{layers}-{dists_per_layer}-{seed}-{compression}-{level}"
+    key = f"v{GEN_VERSION}-{total}-{layers}-{dists_per_layer}-{seed}-{compression}-{level}-g{graph}"
     layout = workdir / f"image-{key}"
     done = layout / "bench.json"
     if done.exists():
@@ -455,6 +477,7 @@ def build_image(
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     plans = plan_image(total, layers, dists_per_layer, seed, compression)
+    add_graph(plans, graph)
     log(f"generating {layers} layers, {total / 1e9:.2f} GB uncompressed, into {layout} ...")
     started = time.perf_counter()
     _make_pools(seed)
@@ -475,7 +498,7 @@ def build_image(
     writer = ImageWriter(layout)
     descs = [(writer.adopt(r["media_type"], r["digest"], r["size"]), r["diff_id"]) for r in results]
     image = writer.image(descs, history)
-    tag = f"s{total}-l{layers}-{compression}"
+    tag = f"s{total}-l{layers}-{compression}-g{graph}"
     index, _ = writer.index([image], tag=tag)
     writer.write_layout(index)
     man_digest = image.manifest.digest
@@ -596,7 +619,17 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def run_audit(ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = ()) -> Run:
+def _pythonpath(src: Path) -> dict[str, str]:
+    """The environment that makes ``python -m pinguard`` run the code in ``src``."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+
+
+def run_audit(
+    ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = (), src: Path = ROOT / "src"
+) -> Run:
     cmd = [
         sys.executable,
         "-m",
@@ -618,13 +651,8 @@ def run_audit(ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = ()
         cmd = [timer, "-f", "%M %U %S", "-o", str(rss_file), *cmd]
     with report.open("wb") as out:
         started = time.perf_counter()
-        # measure this checkout's code, whatever copy of pinguard the venv holds
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
-            ),
-        }
+        # measure this checkout's code (or the baseline's), whatever copy the venv holds
+        env = _pythonpath(src)
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
         peak = [0]
         stop = threading.Event()
@@ -672,14 +700,9 @@ print(wall, cpu)
 """
 
 
-def layers_only(ref: str, cache_dir: Path) -> tuple[float, float]:
+def layers_only(ref: str, cache_dir: Path, src: Path = ROOT / "src") -> tuple[float, float]:
     """Seconds ``load_layers`` takes with an empty cache: the audit's share of the floor."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
-        ),
-    }
+    env = _pythonpath(src)
     proc = subprocess.run(
         [sys.executable, "-c", _LAYERS_ONLY, ref, str(cache_dir)],
         capture_output=True,
@@ -691,6 +714,38 @@ def layers_only(ref: str, cache_dir: Path) -> tuple[float, float]:
         raise RuntimeError(f"load_layers failed: {proc.stderr[-2000:]}")
     wall, cpu = proc.stdout.split()[-2:]
     return float(wall), float(cpu)
+
+
+# --- the last release -------------------------------------------------------------------------
+
+
+def baseline_src(workdir: Path, rev: str) -> tuple[str, Path]:
+    """``rev``'s ``src/`` extracted (once) under ``workdir``: (short commit, path)."""
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"audit_bench: cannot resolve --baseline {rev!r}: {proc.stderr.strip()}")
+    commit = proc.stdout.strip()
+    dest = workdir / f"baseline-{commit}"
+    if not (dest / "done").exists():
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src"],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        (dest / "done").write_text(commit)
+    return commit[:10], dest / "src"
+
+
+def _ratio(new: float, old: float | None) -> float | None:
+    return new / old if old else None
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -726,9 +781,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-verify-records", action="store_true", help="skip the --verify-records run")
     p.add_argument("--smoke", action="store_true", help="a few MB, for the test suite")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument(
+        "--graph",
+        type=int,
+        default=200,
+        help="distributions in the requirement graph of the last two layers (default 200)",
+    )
+    p.add_argument(
+        "--baseline",
+        default="HEAD~1",
+        help="git revision measured as the last release, in the same run (default HEAD~1)",
+    )
+    p.add_argument("--no-baseline", action="store_true", help="measure this checkout only")
+    p.add_argument(
+        "--max-ratio",
+        type=float,
+        help="exit 1 when a CPU ratio against the baseline (layers, cold, warm) passes this",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.size_gb, args.layers, args.dists_per_layer = 0.006, 3, 6
+        args.graph = min(args.graph, 60)
 
     def log(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
@@ -754,7 +827,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.level,
         jobs=args.jobs,
         log=log,
+        graph=args.graph,
     )
+    base: tuple[str, Path] | None = None
+    if not args.no_baseline:
+        base = baseline_src(workdir, args.baseline)
     registry = _registry(workdir)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
     figures: dict[str, Any] = {}
@@ -779,6 +856,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             verify = run_audit(
                 ref, run_dir / "cache-verify", run_dir / "verify.json", ["--verify-records"]
             )
+        last: dict[str, Any] | None = None
+        if base is not None:
+            rev, src = base
+            log(f"the last release ({rev}): layers, cold and warm audits ...")
+            b_layers, b_layers_cpu = layers_only(ref, run_dir / "base-layers", src)
+            b_cold = run_audit(ref, run_dir / "base-cache", run_dir / "base-cold.json", src=src)
+            b_warm = run_audit(ref, run_dir / "base-cache", run_dir / "base-warm.json", src=src)
+            b_verify = None
+            if not args.no_verify_records:
+                b_verify = run_audit(
+                    ref,
+                    run_dir / "base-verify",
+                    run_dir / "base-verify.json",
+                    ["--verify-records"],
+                    src=src,
+                )
+            last = {
+                "rev": rev,
+                "layers_s": b_layers,
+                "layers_cpu": b_layers_cpu,
+                "cold": asdict(b_cold),
+                "warm": asdict(b_warm),
+                "verify_records": asdict(b_verify) if b_verify else None,
+            }
         report = json.loads((run_dir / "cold.json").read_text())
         packages = sum(len(e.get("packages", [])) for e in report.get("environments", []))
         figures = {
@@ -802,6 +903,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warm": asdict(warm),
             "verify_records": asdict(verify) if verify else None,
             "cold_over_floor": cold.seconds / floor_s,
+            "last": last,
         }
     finally:
         if args.keep:
@@ -814,70 +916,103 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
             if temp is not None:
                 temp.cleanup()
-    print_table(figures)
+    over = print_table(figures, args.max_ratio)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+    if over:
+        fail = f"FAIL: past the margin of {args.max_ratio:.2f}x the last release: {', '.join(over)}"
+        print(fail)
+        print(fail, file=sys.stderr)
+        return 1
     return 0
 
 
-def print_table(f: dict[str, Any]) -> None:
-    """The figures; CPU seconds (user + system, this side only) are robust to a busy machine."""
+def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
+    """The figures beside the floor and the last release; returns the rows past ``max_ratio``.
+
+    CPU seconds (user + system, this side only) are robust to a busy machine, so the gate
+    compares CPU; wall-clock ratios are printed beside them."""
     img = f["image"]
     mb = 1e6
+    last = f.get("last")
     print(
         f"image: {img['layers']} layers, {img['blob_bytes'] / mb:.0f} MB compressed, "
         f"{img['tar_bytes'] / mb:.0f} MB tar, {img['members']} members, "
         f"{img['distributions']} distributions ({img['final_packages']} in the final state); "
-        f"{f['jobs']} processes"
+        f"{f['jobs']} processes; last release: {last['rev'] if last else 'not measured'}"
     )
     cold, warm, v = f["cold"], f["warm"], f["verify_records"]
-    rows: list[tuple[str, float, float, int | None, int | None, str]] = [
-        ("fetch only", f["fetch_s"], f["fetch_cpu"], None, None, ""),
-        ("floor (fetch + inflate)", f["floor_s"], f["floor_cpu"], None, None, ""),
-        (
-            "layers (load_layers)",
-            f["layers_s"],
-            f["layers_cpu"],
-            None,
-            None,
-            f"{f['layers_s'] / f['floor_s']:.2f}x floor "
-            f"(cpu {f['layers_cpu'] / f['floor_cpu']:.2f}x)",
-        ),
-        (
-            "cold audit",
-            cold["seconds"],
-            cold["cpu"],
-            cold["max_rss"],
-            cold["tree_rss"],
-            f"{f['cold_over_floor']:.2f}x floor (cpu {cold['cpu'] / f['floor_cpu']:.2f}x)",
-        ),
+    floor_s, floor_cpu = f["floor_s"], f["floor_cpu"]
+
+    def old(key: str) -> tuple[float | None, float | None, int | None]:
+        if not last:
+            return None, None, None
+        if key == "layers":
+            return last["layers_s"], last["layers_cpu"], None
+        run = last.get(key)
+        return (run["seconds"], run["cpu"], run["max_rss"]) if run else (None, None, None)
+
+    rows: list[tuple[str, str, float, float, int | None, int | None]] = [
+        ("fetch only", "", f["fetch_s"], f["fetch_cpu"], None, None),
+        ("floor (fetch + inflate)", "", floor_s, floor_cpu, None, None),
+        ("layers (load_layers)", "layers", f["layers_s"], f["layers_cpu"], None, None),
+        ("cold audit", "cold", cold["seconds"], cold["cpu"], cold["max_rss"], cold["tree_rss"]),
         (
             "warm audit (cached)",
+            "warm",
             warm["seconds"],
             warm["cpu"],
             warm["max_rss"],
             warm["tree_rss"],
-            "",
         ),
     ]
     if v:
         rows.append(
             (
                 "cold --verify-records",
+                "verify_records",
                 v["seconds"],
                 v["cpu"],
                 v["max_rss"],
                 v["tree_rss"],
-                f"+{v['seconds'] - cold['seconds']:.2f}s "
-                f"({v['seconds'] / cold['seconds']:.2f}x cold)",
             )
         )
-    print(f"{'measure':<26}{'seconds':>9}{'cpu s':>9}{'peak RSS':>11}{'tree RSS':>11}  note")
-    for name, secs, cpu, rss, tree, note in rows:
+    print(
+        f"{'measure':<26}{'seconds':>9}{'cpu s':>9}{'peak RSS':>11}{'tree RSS':>11}"
+        f"{'x floor':>9}{'last s':>9}{'last cpu':>9}{'x last':>8}{'cpu x last':>11}"
+    )
+    over: list[str] = []
+    for name, key, secs, cpu, rss, tree in rows:
         r = f"{rss / 2**20:.0f} MiB" if rss else "-"
         t = f"{tree / 2**20:.0f} MiB" if tree else "-"
-        print(f"{name:<26}{secs:>9.2f}{cpu:>9.2f}{r:>11}{t:>11}  {note}")
+        xf = f"{secs / floor_s:.2f}" if key else "-"
+        o_s, o_cpu, _o_rss = old(key) if key else (None, None, None)
+        x_last = _ratio(secs, o_s)
+        cpu_last = _ratio(cpu, o_cpu)
+        print(
+            f"{name:<26}{secs:>9.2f}{cpu:>9.2f}{r:>11}{t:>11}{xf:>9}"
+            f"{f'{o_s:.2f}' if o_s is not None else '-':>9}"
+            f"{f'{o_cpu:.2f}' if o_cpu is not None else '-':>9}"
+            f"{f'{x_last:.2f}' if x_last is not None else '-':>8}"
+            f"{f'{cpu_last:.2f}' if cpu_last is not None else '-':>11}"
+        )
+        if (
+            max_ratio is not None
+            and key in {"layers", "cold", "warm"}
+            and cpu_last is not None
+            and cpu_last > max_ratio
+        ):
+            over.append(f"{name} cpu {cpu_last:.2f}x")
     print(f"cold/floor: {f['cold_over_floor']:.2f} (target <= 1.20)")
+    if last:
+        print(
+            f"cold/last: {cold['seconds'] / last['cold']['seconds']:.2f} "
+            f"(cpu {cold['cpu'] / last['cold']['cpu']:.2f}); "
+            f"warm/last: {warm['seconds'] / last['warm']['seconds']:.2f} "
+            f"(cpu {warm['cpu'] / last['warm']['cpu']:.2f})"
+            + (f"; margin {max_ratio:.2f}x cpu" if max_ratio is not None else "")
+        )
+    return over
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ what is known about it. Nothing here does I/O.
 from __future__ import annotations
 
 import platform as _platform
+from functools import lru_cache
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -158,3 +159,16 @@ def parse_requirement(text: str) -> Requirement | None:
         return Requirement(text)
     except InvalidRequirement:
         return None
+
+
+# Distinct requirement strings kept parsed; each is under 4096 characters (the catalog's cap
+# on Requires-Dist), so the cache holds at most about 128 MiB of text, far less in practice
+# (a large ML image has a few thousand distinct strings).
+REQUIREMENT_CACHE = 32768
+
+
+@lru_cache(maxsize=REQUIREMENT_CACHE)
+def cached_requirement(text: str) -> Requirement | None:
+    """``parse_requirement`` once per distinct ``text`` (bounded LRU): callers must not
+    change the returned object, which other callers share."""
+    return parse_requirement(text)

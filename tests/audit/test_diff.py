@@ -435,3 +435,85 @@ def test_a_requirement_that_excludes_the_new_version_does_not_hide_the_next_one(
     after = env(dist("lib", "1.0"), dist("app", "1", "lib>=5", "lib<2"))
     got = by_name(diff_environments(before, after, platform=None)[0])
     assert causes(got["lib"]) == [("app", "1", "lib<2")]
+
+
+# --------------------------------------------------------------------------- the cause index
+
+
+def _scan_causes(
+    name: str, before: Distribution | None, after: Distribution, installed: dict[str, Distribution]
+) -> list[tuple[Distribution, str]]:
+    """The pre-index search, kept as the reference: every requirement of every distribution."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from pinguard.target import marker_environment
+
+    menv = marker_environment("3.11.2", Platform("linux", "amd64"))
+    found = []
+    for d in installed.values():
+        if d.name == name:
+            continue
+        for text in d.requires_dist:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) != name:
+                continue
+            if req.marker is not None and not req.marker.evaluate(dict(menv)):
+                continue
+            if after.version is None or not req.specifier.contains(after.version, prereleases=True):
+                continue
+            if before is not None and (
+                not req.specifier
+                or (
+                    before.version is not None
+                    and req.specifier.contains(before.version, prereleases=True)
+                )
+            ):
+                continue
+            found.append((d, str(req)))
+    return found
+
+
+_CHAINED = {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED}
+
+
+def test_cause_chains_match_a_full_scan_on_a_requirement_graph() -> None:
+    """The per-diff index gives the chains a scan of every Requires-Dist line gives.
+
+    120 distributions with requirement chains, markers and extras (``requirement_graph``),
+    most of them moved in one step; each chain is rebuilt with the reference scan above and
+    must be equal link by link, and the graph must produce chains longer than one link.
+    """
+    from pinguard.testing.graphs import requirement_graph
+
+    graph = requirement_graph(120)
+    old = {g.name: dist(g.name, g.before, *g.requires) for g in graph if g.before is not None}
+    new = {g.name: dist(g.name, g.after, *g.requires) for g in graph}
+    changes, _unmet = diff_environments(
+        env(*old.values()), env(*new.values()), platform=Platform("linux", "amd64")
+    )
+    moved = {c.name: c for c in changes}
+    longest = 0
+    for change in changes:
+        if change.kind is ChangeKind.REMOVED or change.kind is ChangeKind.REINSTALLED:
+            continue
+        expected: list[tuple[str, str, str]] = []
+        current = change.name
+        seen = {current}
+        while len(expected) < 8:
+            b = old.get(current) if current in moved else None
+            found = _scan_causes(current, b, new[current], new)
+            if not found:
+                break
+            found.sort(key=lambda c: (c[0].name not in moved, c[0].name))
+            d, shown = found[0]
+            expected.append((d.name, d.raw_version, shown))
+            if d.name in seen or d.name not in moved or moved[d.name].kind not in _CHAINED:
+                break
+            seen.add(d.name)
+            current = d.name
+        assert causes(change) == expected, change.name
+        longest = max(longest, len(expected))
+    assert longest >= 2

@@ -123,22 +123,30 @@ def test_entry_of_another_walker_is_not_reused(demo: str, tmp_path: Path) -> Non
     cache = tmp_path / "cache"
     old = _copy(tmp_path, EDITS["tar walk"])
     _key_in(old, demo, str(cache))
-    written_by_old = set(os.listdir(cache))
+    written_by_old = _layer_entries(cache)
     assert len(written_by_old) == 4  # one entry per layer of the demo image
 
     audit_image(demo, options=AuditOptions(cache_dir=cache))
-    after = set(os.listdir(cache))
+    after = _layer_entries(cache)
     assert len(after - written_by_old) == 4  # every layer analysed and cached again
 
     audit_image(demo, options=AuditOptions(cache_dir=cache))  # control: now they are reused
-    assert set(os.listdir(cache)) == after
+    assert _layer_entries(cache) == after
+
+
+def _layer_entries(cache: Path) -> set[str]:
+    """The layer analyses in ``cache`` (the image's replay entries aside)."""
+    return {name for name in os.listdir(cache) if name.startswith("sha256-")}
 
 
 def _poison(cache: Path) -> None:
     """Drop every captured dist-info file from the cached analyses: an audit that reads
     these entries sees no distributions at all. The entries are re-sealed with their content
-    digest (as a writer of whole entries could), so that they are read."""
-    for entry in cache.iterdir():
+    digest (as a writer of whole entries could), so that they are read. The image's replay
+    entries are removed: a replay never reads the layer entries, so it would hide them."""
+    for entry in cache.glob("replay-*.json"):
+        entry.unlink()
+    for entry in cache.glob("sha256-*.json"):
         data = json.loads(entry.read_text())
         analysis = LayerAnalysis.from_json(data)
         analysis.files = {p: b for p, b in analysis.files.items() if ".dist-info/" not in p}
@@ -160,7 +168,6 @@ def test_no_cache_neither_reads_nor_writes(
     cache = tmp_path / "cache"
     audit_image(demo, options=AuditOptions(cache_dir=cache))
     _poison(cache)
-    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in cache.iterdir()}
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     common = ["audit", demo, "--fail-on", "never", "--format", "json"]
 
@@ -169,6 +176,8 @@ def test_no_cache_neither_reads_nor_writes(
     # Python environment: that fails even at --fail-on never)
     assert main([*common, "--cache-dir", str(cache), "-o", str(poisoned)]) == 1
     assert _packages(poisoned) == 0
+    # (that run stored its replay of the poisoned entries; --no-cache must not touch it)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in cache.iterdir()}
 
     assert main([*common, "--cache-dir", str(cache), "--no-cache", "-o", str(clean)]) == 0
     assert _packages(clean) == 6  # pip, nccl, cutlass-dsl, torch, numpy, flashinfer

@@ -386,7 +386,7 @@ def test_flags_round_trip_through_the_cache(tmp_path: Path) -> None:
     ref, (layer,) = _layout(tmp_path, [_tar([(DOTDOT_NAME, _metadata("x"), {})])])
     options = AuditOptions(cache_dir=tmp_path / "cache")
     cold = audit_image(ref, options=options)
-    (entry,) = (tmp_path / "cache").iterdir()
+    (entry,) = (tmp_path / "cache").glob("sha256-*.json")
     entry_flags = json.loads(entry.read_text())["name_flags"]
     assert entry_flags == [[DOTDOT, DOTDOT_NAME, f"/{SITE}/x-1.0.dist-info/METADATA", 1]]
     blob = tmp_path / "layout" / "blobs" / "sha256" / layer.removeprefix("sha256:")
@@ -444,3 +444,45 @@ def test_relative_symlinks_and_plain_hard_links_are_not_flagged(tmp_path: Path) 
     code, out = cli("audit", ref, "--no-cache", "--format", "json")
     assert json.loads(out)["incomplete"] == []
     assert code == 0
+
+
+def test_spilled_runs_give_the_same_flags_and_opaque_directories(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With spilling every 8 members past 32 held paths, a 600-member layer (files repeated,
+    directories repeated, a directory that is also a file, a 201st repeat, an opaque marker
+    in a directory the layer makes) gives the flags and ``opaque_made`` it gives held in
+    memory, and it did spill into several runs."""
+    entries: list[Entry] = []
+    for i in range(120):
+        entries.append((f"usr/lib/d{i:03d}/", None, {}))
+        entries.append((f"usr/lib/d{i:03d}/f", b"x", {}))
+    for i in range(110):  # 110 files stored twice: past LIMIT, so a ``more`` flag too
+        entries.append((f"usr/lib/d{i:03d}/f", b"y", {}))
+    entries += [("usr/lib/d000/", None, {})] * 3  # directories merged: not flagged
+    entries += [("usr/lib/d001/f/", None, {})]  # a directory where a file was: flagged
+    entries += [("usr/lib/d002/.wh..wh..opq", b"", {}), ("opt/made/", None, {})]
+    entries += [("opt/made/.wh..wh..opq", b"", {})]
+    entries += [(f"var/x{i:03d}", b"z", {}) for i in range(600 - len(entries))]
+    tar = _tar(entries)
+
+    held = analyze_stream(io.BytesIO(tar), digest=None, size=None, select=lambda p: SKIP)
+    runs: list[int] = []
+    close = MemberNames.close
+
+    def counting_close(self: MemberNames) -> None:
+        runs.append(len(self._runs))
+        close(self)
+
+    monkeypatch.setattr(MemberNames, "close", counting_close)
+    monkeypatch.setattr("pinguard.layers.names.SPILL_AT", 32)
+    monkeypatch.setattr("pinguard.layers.tar._SPILL_MASK", 7)
+    spilled = analyze_stream(io.BytesIO(tar), digest=None, size=None, select=lambda p: SKIP)
+    assert runs[0] > 10
+    assert spilled.name_flags == held.name_flags
+    assert spilled.opaque_made == held.opaque_made == ["/opt/made", "/usr/lib/d002"]
+    rules = [f.rule for f in spilled.name_flags]
+    assert rules.count(DUPLICATE) == LIMIT
+    assert MORE in rules
+    assert "/usr/lib/d000" not in {f.name for f in spilled.name_flags}
+    assert "/usr/lib/d001/f" in {f.name for f in spilled.name_flags}

@@ -10,28 +10,80 @@ after a step (what ``pip check`` would say, computed offline).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform, Unmet
-from pinguard.target import marker_environment, parse_requirement
+from pinguard.target import REQUIREMENT_CACHE, cached_requirement, marker_environment
 
 MAX_CHAIN = 8
 _MOVES = frozenset(
     {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED, ChangeKind.CHANGED}
 )
+PARSE_CACHE = REQUIREMENT_CACHE  # distinct Requires-Dist strings kept parsed (bounded LRU)
 
 
-def _applies(req: Requirement, env: Mapping[str, str]) -> bool:
-    if req.marker is None:
-        return True
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """One Requires-Dist line parsed once: the requirement, its canonical name, its text."""
+
+    req: Requirement
+    name: NormalizedName
+    shown: str  # str(req): how a cause or an unmet requirement quotes it
+    marker: str | None
+
+
+@lru_cache(maxsize=PARSE_CACHE)
+def _parse(text: str) -> _Parsed | None:
+    req = cached_requirement(text)
+    if req is None:
+        return None
+    marker = str(req.marker) if req.marker is not None else None
+    return _Parsed(req, canonicalize_name(req.name), str(req), marker)
+
+
+@lru_cache(maxsize=PARSE_CACHE)
+def _marker_true(text: str, menv: tuple[tuple[str, str], ...]) -> bool:
+    parsed = _parse(text)
+    if parsed is None or parsed.req.marker is None:
+        return parsed is not None
     try:
-        return req.marker.evaluate(dict(env))
+        return parsed.req.marker.evaluate(dict(menv))
     except Exception:
         return False
+
+
+def _requirements(
+    dist: Distribution, menv: tuple[tuple[str, str], ...]
+) -> Iterator[tuple[_Parsed, str]]:
+    """``dist``'s requirements that parse and whose marker holds in ``menv``, in file order."""
+    for text in dist.requires_dist:
+        parsed = _parse(text)
+        if parsed is None:
+            continue
+        if parsed.marker is not None and not _marker_true(text, menv):
+            continue
+        yield parsed, text
+
+
+def _requirers(
+    installed: Mapping[NormalizedName, Distribution], menv: tuple[tuple[str, str], ...]
+) -> dict[NormalizedName, list[tuple[Distribution, _Parsed, str]]]:
+    """Who requires each name, in the order a scan of ``installed`` would meet them."""
+    out: dict[NormalizedName, list[tuple[Distribution, _Parsed, str]]] = {}
+    for dist in installed.values():
+        for parsed, text in _requirements(dist, menv):
+            out.setdefault(parsed.name, []).append((dist, parsed, text))
+    return out
+
+
+def _menv_key(menv: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(menv.items()))
 
 
 def _admits(req: Requirement, version: Version | None) -> bool:
@@ -79,7 +131,8 @@ def diff_environments(
     old = _pick(before)
     new = _pick(after)
     python = (after.python if after else None) or (before.python if before else None)
-    menv = marker_environment(python, platform)
+    menv = _menv_key(marker_environment(python, platform))
+    requirers = _requirers(new, menv)
     raw: dict[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]] = {}
     for name in sorted(set(old) | set(new)):
         b, a = old.get(name), new.get(name)
@@ -95,7 +148,7 @@ def diff_environments(
     for name, (kind, b, a) in raw.items():
         causes: tuple[Cause, ...] = ()
         if kind in _MOVES and a is not None:
-            causes = _cause_chain(name, b, a, new, raw, menv)
+            causes = _cause_chain(name, b, a, requirers, raw)
         changes.append(
             Change(
                 environment=path,
@@ -119,22 +172,17 @@ def _direct_causes(
     name: NormalizedName,
     before: Distribution | None,
     after: Distribution,
-    installed: Mapping[NormalizedName, Distribution],
-    menv: Mapping[str, str],
-) -> list[tuple[Distribution, Requirement, str]]:
+    requirers: Mapping[NormalizedName, list[tuple[Distribution, _Parsed, str]]],
+) -> list[tuple[Distribution, _Parsed, str]]:
     found = []
-    for dist in installed.values():
-        if dist.name == name:
+    after_version = after.version
+    before_version = before.version if before is not None else None
+    for dist, parsed, text in requirers.get(name, ()):
+        if dist.name == name or not _admits(parsed.req, after_version):
             continue
-        for text in dist.requires_dist:
-            req = parse_requirement(text)
-            if req is None or canonicalize_name(req.name) != name or not _applies(req, menv):
-                continue
-            if not _admits(req, after.version):
-                continue
-            if before is not None and (not req.specifier or _admits(req, before.version)):
-                continue  # admits the old version too: not why it moved
-            found.append((dist, req, text))
+        if before is not None and (not parsed.req.specifier or _admits(parsed.req, before_version)):
+            continue  # admits the old version too: not why it moved
+        found.append((dist, parsed, text))
     return found
 
 
@@ -142,21 +190,21 @@ def _cause_chain(
     name: NormalizedName,
     before: Distribution | None,
     after: Distribution,
-    installed: Mapping[NormalizedName, Distribution],
+    requirers: Mapping[NormalizedName, list[tuple[Distribution, _Parsed, str]]],
     changed: Mapping[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]],
-    menv: Mapping[str, str],
 ) -> tuple[Cause, ...]:
+    """Who pulled ``name`` to its new version, nearest first: one index lookup per link."""
     chain: list[Cause] = []
     seen = {name}
     current, cur_before, cur_after = name, before, after
     for _ in range(MAX_CHAIN):
-        candidates = _direct_causes(current, cur_before, cur_after, installed, menv)
+        candidates = _direct_causes(current, cur_before, cur_after, requirers)
         if not candidates:
             break
         # Prefer a dependant that this step changed too (it drove the move), then by name.
         candidates.sort(key=lambda c: (c[0].name not in changed, c[0].name))
-        dist, req, _text = candidates[0]
-        chain.append(Cause(package=dist.name, version=dist.raw_version, requirement=str(req)))
+        dist, parsed, _text = candidates[0]
+        chain.append(Cause(package=dist.name, version=dist.raw_version, requirement=parsed.shown))
         if dist.name in seen or dist.name not in changed:
             break
         seen.add(dist.name)
@@ -172,14 +220,12 @@ def unmet_requirements(env: Environment | None, platform: Platform | None) -> tu
     if env is None:
         return ()
     installed = _pick(env)
-    menv = marker_environment(env.python, platform)
+    menv = _menv_key(marker_environment(env.python, platform))
     out: list[Unmet] = []
     for dist in installed.values():
-        for text in dist.requires_dist:
-            req = parse_requirement(text)
-            if req is None or not _applies(req, menv):
-                continue
-            dep = installed.get(canonicalize_name(req.name))
+        for parsed, _text in _requirements(dist, menv):
+            req = parsed.req
+            dep = installed.get(parsed.name)
             if dep is not None and (
                 not req.specifier
                 or (dep.version is not None and _admits(req, dep.version))
@@ -191,7 +237,7 @@ def unmet_requirements(env: Environment | None, platform: Platform | None) -> tu
                     environment=env.path,
                     package=dist.name,
                     version=dist.raw_version,
-                    requirement=str(req),
+                    requirement=parsed.shown,
                     installed=dep.raw_version if dep else None,
                 )
             )

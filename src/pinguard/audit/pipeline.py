@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.loader import LoaderConfig, attach_native, image_env
+from pinguard.audit.replay import Replay, ReplayCache, replay_key
 from pinguard.audit.state import State
 from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native, python
 from pinguard.errors import BlobVerificationError, SourceError
@@ -474,13 +475,67 @@ def audit_source(
     *,
     reference: str | None = None,
 ) -> AuditResult:
-    """Audit the image an opened source resolves to (the source is closed afterwards)."""
+    """Audit the image an opened source resolves to (the source is closed afterwards).
+
+    With a cache directory, an image chain replayed before is read back from its replay
+    entry (``replay.py``) without reading any layer analysis; otherwise the result is
+    built and its replay stored."""
     with source:
         resolved = source.resolve()
         if reference is not None:
             resolved = replace(resolved, reference=reference)
+        store = _replay_store(resolved, options)
+        if store is not None:
+            cache, key = store
+            hit = cache.get(key)
+            if hit is not None:
+                if progress is not None:
+                    progress.layers([], len(resolved.layers))
+                return _from_replay(resolved, hit)
         analyses = load_layers(source, resolved.layers, options, progress)
-    return build_result(resolved, analyses, options.analyzers())
+    result = build_result(resolved, analyses, options.analyzers())
+    if store is not None:
+        cache, key = store
+        cache.put(key, _to_replay(resolved, result))
+    return result
+
+
+def _replay_store(resolved: ResolvedImage, options: AuditOptions) -> tuple[ReplayCache, str] | None:
+    """Where this image chain's replay entry lives, when it may have one: a cache directory,
+    and no layer that is a directory on disk (its digest does not address its content)."""
+    if options.cache_dir is None or any(layer.tree is not None for layer in resolved.layers):
+        return None
+    layers_key = f"{options.analyzers().key()}-{options.limits.key()}"
+    key = replay_key(layers_key, resolved.platform, resolved.config, resolved.layers)
+    return ReplayCache(options.cache_dir), key
+
+
+def _to_replay(resolved: ResolvedImage, result: AuditResult) -> Replay:
+    own = len(resolved.notes)  # the source's notes come first; the history's follow
+    return Replay(
+        steps=result.steps,
+        snapshots=result.snapshots,
+        incomplete=result.incomplete,
+        notes=result.notes[own:],
+        file_digests=result.file_digests,
+    )
+
+
+def _from_replay(resolved: ResolvedImage, replay: Replay) -> AuditResult:
+    return AuditResult(
+        image=ImageInfo(
+            reference=resolved.reference,
+            manifest_digest=resolved.manifest_digest,
+            platform=resolved.platform,
+            transport=resolved.transport,
+        ),
+        steps=replay.steps,
+        final=replay.snapshots[-1] if replay.snapshots else Snapshot(),
+        snapshots=replay.snapshots,
+        incomplete=replay.incomplete,
+        notes=tuple(resolved.notes) + replay.notes,
+        file_digests=replay.file_digests,
+    )
 
 
 def audit_image(

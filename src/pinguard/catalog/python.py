@@ -18,6 +18,7 @@ as installed). Suffixes match in any case; the interpreter's own ``Python-X.Y.eg
 
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
@@ -41,7 +42,7 @@ from pinguard.catalog.interface import (
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, HASH, LINK
 from pinguard.models import Distribution, Environment, Incomplete
-from pinguard.target import parse_requirement
+from pinguard.target import cached_requirement
 
 VERSION = "1"  # bump when parsing changes (the layer cache key also covers this source)
 
@@ -358,7 +359,7 @@ def parse_distribution(
     if egg and f"{meta_dir}/requires.txt" in files:
         requires += _requires_txt(files[f"{meta_dir}/requires.txt"].decode("utf-8", "replace"))
     for req in requires:
-        if parse_requirement(req) is None:
+        if cached_requirement(req) is None:
             problems.append(Incomplete(meta_dir, f"invalid Requires-Dist {req!r}"))
     env = posixpath.dirname(meta_dir)
     record: list[tuple[str, str]] = []
@@ -460,14 +461,20 @@ class PythonSession(AnalyzerSession):
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         files = state.files
         dirs: set[str] = set()
+        known = sorted(self._dists)  # bisected: a layer touches many paths, few dists dirs
         for path in touched:
             meta = metadata_dir(path)
             if meta is not None:
                 dirs.add(meta)
             else:
                 # a removed directory: every metadata dir below it
+                if path in self._dists:
+                    dirs.add(path)
                 prefix = path.rstrip("/") + "/"
-                dirs.update(d for d in self._dists if d.startswith(prefix) or d == path)
+                at = bisect.bisect_left(known, prefix)
+                while at < len(known) and known[at].startswith(prefix):
+                    dirs.add(known[at])
+                    at += 1
         for meta in dirs:
             present = meta in files or any(f"{meta}/{name}" in files for name in _META_NAMES)
             if present:

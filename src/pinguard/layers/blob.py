@@ -7,16 +7,20 @@ past the declared size (that byte is refused at once), and ``finish`` raises
 partial pass. ``inflated_chunks`` sniffs the magic bytes and yields the decompressed tar in
 large chunks: gzip (concatenated members allowed) through isal when present, else zlib; zstd
 (several frames allowed) through zstandard; anything else as plain tar. Memory stays flat:
-at most a few chunks are held at once whatever the blob size.
+at most a few chunks are held at once whatever the blob size. ``Inflated`` records what was
+seen on the way: the format, and whether a zstd blob ended in the zstd:chunked footer (a
+skippable frame whose payload ends in ``GnUlInUx``, as containers/storage writes it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import queue
+import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, cast
 
 from pinguard.errors import BlobVerificationError
@@ -37,6 +41,47 @@ PREFETCH_CHUNKS = 8  # raw chunks fetched and hashed ahead of the inflater
 CLOSE_WAIT = 0.25  # seconds close() waits for a prefetch thread (see VerifyingReader.close)
 IN_CHUNK = 1 << 20  # compressed bytes per read from the blob stream
 OUT_CHUNK = 4 << 20  # decompressed bytes per chunk at most (memory stays flat)
+ZSTD_CHUNKED_MAGIC = b"GnUlInUx"
+# The zstd:chunked footer's payload: 40 bytes (containers/storage before 1.45, skopeo 1.9)
+# or 64 (with the tar-split's position); a skippable frame adds 8 bytes of header.
+_FOOTER_SIZES = (40, 64)
+_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+@dataclass
+class Inflated:
+    """What ``inflated_chunks`` saw of a blob: its format and, for zstd, its last bytes."""
+
+    format: str = ""  # "gzip", "zstd" or "tar"
+    tail: bytes = b""  # a zstd blob's last raw bytes (up to 72), to recognise the footer
+
+    @property
+    def zstd_chunked(self) -> bool:
+        """Whether the blob ended in a zstd:chunked footer frame."""
+        if self.format != "zstd" or not self.tail.endswith(ZSTD_CHUNKED_MAGIC):
+            return False
+        for size in _FOOTER_SIZES:
+            start = len(self.tail) - size - 8
+            if start >= 0:
+                magic, length = struct.unpack_from("<II", self.tail, start)
+                if magic in _SKIPPABLE and length == size:
+                    return True
+        return False
+
+
+class _TailReader:
+    """Passes reads through and keeps the last ``keep`` bytes read."""
+
+    def __init__(self, raw: Readable, info: Inflated, keep: int = 72) -> None:
+        self._raw = raw
+        self._info = info
+        self._keep = keep
+
+    def read(self, n: int = -1, /) -> bytes:
+        data = self._raw.read(n)
+        if data:
+            self._info.tail = (self._info.tail + data)[-self._keep :]
+        return data
 
 
 class Readable(Protocol):
@@ -231,11 +276,12 @@ def _gunzip_chunks(raw: Readable, data: bytes) -> Iterator[bytes]:
             data = d.unconsumed_tail
 
 
-def _unzstd_chunks(raw: Readable, data: bytes) -> Iterator[bytes]:
+def _unzstd_chunks(raw: Readable, data: bytes, info: Inflated) -> Iterator[bytes]:
     import zstandard
 
+    source = _TailReader(_PeekReader(raw, data), info)
     reader = zstandard.ZstdDecompressor().stream_reader(
-        cast(Any, _PeekReader(raw, data)), read_size=IN_CHUNK, read_across_frames=True
+        cast(Any, source), read_size=IN_CHUNK, read_across_frames=True
     )
     while True:
         out = reader.read(OUT_CHUNK)
@@ -244,8 +290,11 @@ def _unzstd_chunks(raw: Readable, data: bytes) -> Iterator[bytes]:
         yield out
 
 
-def inflated_chunks(raw: Readable) -> Iterator[bytes]:
-    """The decompressed bytes of ``raw`` (gzip, zstd or plain, sniffed) in large chunks."""
+def inflated_chunks(raw: Readable, info: Inflated | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of ``raw`` (gzip, zstd or plain, sniffed) in large chunks.
+
+    ``info``, when given, is filled in as the stream is read (see ``Inflated``)."""
+    info = info if info is not None else Inflated()
     head = raw.read(IN_CHUNK)
     while 0 < len(head) < 4:  # short reads from a socket-like source
         more = raw.read(IN_CHUNK)
@@ -253,9 +302,12 @@ def inflated_chunks(raw: Readable) -> Iterator[bytes]:
             break
         head += more
     if head[:2] == b"\x1f\x8b":
+        info.format = "gzip"
         return _gunzip_chunks(raw, head)
     if head[:4] == b"\x28\xb5\x2f\xfd":
-        return _unzstd_chunks(raw, head)
+        info.format = "zstd"
+        return _unzstd_chunks(raw, head, info)
+    info.format = "tar"
 
     def plain() -> Iterator[bytes]:
         if head:

@@ -17,9 +17,15 @@ replaces the earlier one).
 
 from __future__ import annotations
 
+import heapq
+import os
+import struct
+import tempfile
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from string import ascii_letters
+from typing import IO
 
 # The rules, as ``NameFlag.rule`` names them.
 DOTDOT = "dotdot"  # a '..' component
@@ -33,6 +39,13 @@ MORE = "more"  # flags beyond ``LIMIT`` of one kind, counted but not listed
 
 #: Flags listed per layer for unsafe names, and again for repeated paths; the rest are counted.
 LIMIT = 100
+#: Paths held in memory before they are spilled as a sorted run (``MemberNames.spill``).
+SPILL_AT = 1 << 17
+#: How often (in members) the walk offers to spill; a power of two.
+SPILL_CHECK = 1 << 14
+#: Bytes read at a time from each spilled run when they are merged.
+RUN_BUFFER = 1 << 16
+_RECORD = struct.Struct("<IB")  # a spilled record: the path's length in bytes, directory or not
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -120,18 +133,101 @@ class MemberNames:
     """What one layer's walk has seen: flags for unsafe names, and every member's path.
 
     Repeats are found once, at the end (``flags``): a C-speed ``set`` over the list of paths
-    tells whether any path repeats, and only then are they counted. Memory: a list entry per
-    member holding the walk's own path strings (8 MiB of peak RSS for a 1 GB layer of
-    68,140 members); at most ``LIMIT`` unsafe names are kept.
+    tells whether any path repeats, and only then are they counted. Memory is bounded
+    whatever the number of members: at most ``SPILL_AT`` paths are held (8 MiB of peak RSS
+    for a 1 GB layer of 68,140 members, which never spills); the walk calls ``spill`` every
+    ``SPILL_CHECK`` members, which past ``SPILL_AT`` writes the held paths as one sorted run
+    to an anonymous temporary file and starts again; the end merges the runs with
+    ``heapq.merge``, reading each through a ``RUN_BUFFER`` window. At most ``LIMIT`` unsafe
+    names are kept.
     """
 
-    __slots__ = ("_dirs", "_omitted", "_unsafe", "paths")
+    __slots__ = ("_dirs", "_omitted", "_runs", "_spill", "_unsafe", "paths")
 
     def __init__(self) -> None:
         self.paths: list[str] = []  # every member's path (the walk appends itself: ``see``)
         self._dirs: list[str] = []  # the paths of directory members
         self._unsafe: list[NameFlag] = []
         self._omitted = 0
+        self._spill: IO[bytes] | None = None  # sorted runs of (path, directory) records
+        self._runs: list[tuple[int, int]] = []  # (offset, length) of each run in ``_spill``
+
+    def spill(self, force: bool = False) -> None:
+        """Past ``SPILL_AT`` held paths (or with ``force``, any), write them and the held
+        directories as one sorted run of records to the temporary file and hold none."""
+        if len(self.paths) < (1 if force else SPILL_AT):
+            return
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile()  # noqa: SIM115 - closed by ``close``
+        records = sorted([(p, 0) for p in self.paths] + [(d, 1) for d in self._dirs])
+        out = bytearray()
+        for path, kind in records:
+            raw = path.encode("utf-8", "surrogateescape")
+            out += _RECORD.pack(len(raw), kind)
+            out += raw
+        start = self._spill.seek(0, os.SEEK_END)
+        self._spill.write(out)
+        self._runs.append((start, len(out)))
+        self.paths = []
+        self._dirs = []
+
+    def close(self) -> None:
+        """Drop the temporary file of spilled runs, if any."""
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+            self._runs = []
+
+    def _read_run(self, offset: int, length: int) -> Iterator[tuple[str, int]]:
+        assert self._spill is not None
+        fd = self._spill.fileno()
+        buf = b""
+        at = offset
+        end = offset + length
+        while True:
+            if len(buf) < _RECORD.size and at < end:
+                chunk = os.pread(fd, min(RUN_BUFFER, end - at), at)
+                at += len(chunk)
+                buf += chunk
+            if len(buf) < _RECORD.size:
+                return
+            size, kind = _RECORD.unpack_from(buf)
+            while len(buf) < _RECORD.size + size:
+                more = os.pread(fd, min(RUN_BUFFER, end - at), at)
+                if not more:
+                    raise ValueError("a spilled run is cut short")
+                at += len(more)
+                buf += more
+            yield buf[_RECORD.size : _RECORD.size + size].decode("utf-8", "surrogateescape"), kind
+            buf = buf[_RECORD.size + size :]
+
+    def _counted(self) -> Iterator[tuple[str, int, int]]:
+        """(path, members, directory members) for every path, in order, from the runs and
+        what is held (spilled first, so the held paths are a run too)."""
+        self.spill(force=True)
+        runs = [self._read_run(offset, length) for offset, length in self._runs]
+        path: str | None = None
+        members = dirs = 0
+        for p, kind in heapq.merge(*runs):
+            if p != path:
+                if path is not None:
+                    yield path, members, dirs
+                path, members, dirs = p, 0, 0
+            if kind:
+                dirs += 1
+            else:
+                members += 1
+        if path is not None:
+            yield path, members, dirs
+
+    def made(self, paths: Iterable[str]) -> set[str]:
+        """Which of ``paths`` a directory member of this layer made."""
+        wanted = set(paths)
+        if not wanted:
+            return set()
+        if self._spill is None:
+            return wanted & set(self._dirs)
+        return {p for p, _n, d in self._counted() if d and p in wanted}
 
     def see(
         self,
@@ -168,11 +264,6 @@ class MemberNames:
         if directory:
             self._dirs.append(path)
 
-    @property
-    def directories(self) -> list[str]:
-        """The paths of the directory members seen so far."""
-        return self._dirs
-
     def _flag(self, flag: NameFlag) -> None:
         if len(self._unsafe) < LIMIT:
             self._unsafe.append(flag)
@@ -182,6 +273,12 @@ class MemberNames:
     def _repeats(self) -> list[NameFlag]:
         """Paths several members have, unless every one of them is a directory (runtimes
         merge those) or the path is the root (runtimes skip './' and '/' entries)."""
+        if self._spill is not None:
+            return [
+                NameFlag(DUPLICATE, path, path, n)
+                for path, n, d in self._counted()
+                if n > 1 and d != n and path != "/"
+            ]
         paths = self.paths
         if len(set(paths)) == len(paths):
             return []

@@ -22,7 +22,9 @@ from typing import Protocol
 
 from pinguard.errors import LayerError
 from pinguard.layers.blob import Readable, read_chunks
-from pinguard.layers.names import MemberNames
+from pinguard.layers.names import SPILL_CHECK, MemberNames
+
+_SPILL_MASK = SPILL_CHECK - 1
 
 BLOCK = 512
 
@@ -303,6 +305,8 @@ def walk_members(
                     long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 continue  # "g" (global PAX) carries nothing we use
             members += 1
+            if names is not None and not members & _SPILL_MASK:
+                names.spill()  # keeps memory flat in the number of members
             nul = header.find(0, 0, 100)
             name_b = header[:nul] if nul >= 0 else header[:100]
             if header[345] and header[257:263] == b"ustar\x00":

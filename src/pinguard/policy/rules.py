@@ -286,12 +286,16 @@ def coupling(facts: Facts, couplings: Iterable[Coupling]) -> Iterator[Hit]:
 
 
 def _still_unmet(
-    env: Environment | None, package: str, version: str, requirement: str, installed: str | None
+    names: Mapping[NormalizedName, Distribution] | None,
+    package: str,
+    version: str,
+    requirement: str,
+    installed: str | None,
 ) -> bool:
-    """Whether an unmet requirement seen after some step still holds in the final state."""
-    if env is None:
+    """Whether an unmet requirement seen after some step still holds in the final state
+    (``names``: the final environment by name, None when it is gone)."""
+    if names is None:
         return False
-    names = env.by_name()
     requirer = names.get(canonicalize_name(package))
     if requirer is None or requirer.raw_version != version:
         return False
@@ -317,17 +321,21 @@ def unmet_requirement(facts: Facts) -> Iterator[Hit]:
             seen: tuple[str, str, str, str] = (u.environment, u.package, u.version, u.requirement)
             first.setdefault(seen, step.index)
             latest[seen] = u.installed
+    by_env: dict[str, dict[NormalizedName, Distribution] | None] = {}
     for key, step_index in first.items():
         env_path, package, version, requirement = key
         installed = latest[key]
-        env = facts.environment(env_path)
-        if not _still_unmet(env, package, version, requirement, installed):
+        if env_path not in by_env:  # once per environment, not once per requirement
+            env = facts.environment(env_path)
+            by_env[env_path] = env.by_name() if env is not None else None
+        found = by_env[env_path]
+        if not _still_unmet(found, package, version, requirement, installed):
             continue
         try:
             required: str = canonicalize_name(Requirement(requirement).name)
         except InvalidRequirement:
             required = package
-        names = env.by_name() if env is not None else {}
+        names = found if found is not None else {}
         now = names.get(NormalizedName(required))
         have = "it is not installed" if now is None else f"{now.raw_version} is installed"
         yield Hit(

@@ -1,0 +1,269 @@
+"""The replay cache: what replaying an image's layers computed, kept for the next audit.
+
+Owns one entry per image chain: everything ``pipeline.build_result`` derives from the layer
+analyses (each step with its changes, causes and unmet requirements, each step's snapshot
+with the loader's resolutions, the incomplete items, the history notes, the final file
+digests), so a warm audit reads one entry instead of every layer's analysis and replays
+nothing. The key (``replay_key``) is a digest over the entry format, the source of every
+module that takes part in the replay (``pinguard.audit``, ``pinguard.layers``,
+``pinguard.catalog``, ``pinguard.models``, ``pinguard.target``), the Python and
+``packaging`` versions (PEP 440 order and markers), the layer cache's key (the analyzers'
+names, versions and options) and limits, the platform, the image config's
+canonical JSON (its history, Env and diff_ids) and the chain of layer digests and diff_ids in
+order. Entries are written atomically and carry the sha256 of their own canonical JSON, as
+layer entries do; an entry that fails that check, or does not decode into the models, is a
+miss. Values are encoded from the frozen models by their type hints, and a distribution or
+environment that several snapshots share is written once and shared again when read, so an
+entry grows with what the image holds, not with its number of steps times that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from functools import cache
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import packaging
+
+from pinguard.fileio import atomic_write
+from pinguard.layers.cache import entry_digest, source_digest
+from pinguard.models import Distribution, Environment, Incomplete, Platform, Snapshot, Step
+from pinguard.sources.interface import LayerRef
+
+FORMAT = "1"
+#: Modules whose source is part of the key: all the code a replay runs.
+REPLAYERS = (
+    "pinguard.audit",
+    "pinguard.layers",
+    "pinguard.catalog",
+    "pinguard.models",
+    "pinguard.target",
+)
+_SHARED = (Distribution, Environment)  # written once per entry, referenced by index
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replay:
+    """What ``build_result`` computed from the analyses, apart from the source's facts."""
+
+    steps: tuple[Step, ...]
+    snapshots: tuple[Snapshot, ...]
+    incomplete: tuple[Incomplete, ...]
+    notes: tuple[str, ...]  # the history's notes (the source's own notes are not kept)
+    file_digests: tuple[tuple[str, str], ...]
+
+
+def replay_key(
+    layers_key: str,
+    platform: Platform | None,
+    config: dict[str, Any],
+    layers: Sequence[LayerRef],
+) -> str:
+    """The entry key for this image chain replayed by this code with these analyzers."""
+    # packaging orders versions and evaluates markers: another release may judge otherwise
+    runtime = f"python={sys.version_info[:3]}\0packaging={packaging.__version__}\0"
+    h = hashlib.sha256(f"replay={FORMAT}\0{layers_key}\0{platform!r}\0{runtime}".encode())
+    for name in REPLAYERS:
+        h.update(f"{name}={source_digest(import_module(name))}\0".encode())
+    h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode() + b"\0")
+    for layer in layers:
+        h.update(f"{layer.digest}\0{layer.diff_id or ''}\0".encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _encode(value: Any, shared: dict[int, int], table: list[Any]) -> Any:
+    if isinstance(value, _SHARED):
+        at = shared.get(id(value))
+        if at is None:
+            fields = {
+                f.name: _encode(getattr(value, f.name), shared, table)
+                for f in dataclasses.fields(value)
+            }
+            at = shared[id(value)] = len(table)
+            table.append(fields)
+        return at
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _encode(getattr(value, f.name), shared, table)
+            for f in dataclasses.fields(value)
+        }
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_encode(v, shared, table) for v in value]
+    return value  # str, int, bool, None, and direct_url's JSON as it was read
+
+
+class _Context:
+    """One entry being read: its table of shared values and those built so far."""
+
+    def __init__(self, table: list[Any]) -> None:
+        self.table = table
+        self.built: dict[int, Any] = {}
+
+
+_Decoder = typing.Callable[[Any, _Context], Any]
+
+
+def _plain(kind: type) -> _Decoder:
+    def decode(data: Any, ctx: _Context) -> Any:
+        if not isinstance(data, kind):
+            raise TypeError(f"expected {kind.__name__}")
+        return data
+
+    return decode
+
+
+def _as_is(data: Any, ctx: _Context) -> Any:
+    return data
+
+
+@cache
+def _decoder(tp: Any) -> _Decoder:
+    """A decoder for values of type ``tp``, made once per type (reading is the warm path)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        (inner_tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = _decoder(inner_tp)
+        return lambda data, ctx: None if data is None else inner(data, ctx)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if args == (str, Ellipsis):
+
+            def strings(data: Any, ctx: _Context) -> Any:
+                out = tuple(data)
+                if not all(type(v) is str for v in out):
+                    raise TypeError("expected strings")
+                return out
+
+            return strings
+        if args == (tuple[str, str], Ellipsis):
+
+            def pairs(data: Any, ctx: _Context) -> Any:
+                out = tuple((k, v) for k, v in data)
+                if not all(type(k) is str and type(v) is str for k, v in out):
+                    raise TypeError("expected pairs of strings")
+                return out
+
+            return pairs
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _decoder(args[0])
+            return lambda data, ctx: tuple(item(d, ctx) for d in _list(data))
+        items = [_decoder(a) for a in args]
+
+        def fixed(data: Any, ctx: _Context) -> Any:
+            if len(_list(data)) != len(items):
+                raise TypeError(f"expected {len(items)} items")
+            return tuple(f(d, ctx) for f, d in zip(items, data, strict=True))
+
+        return fixed
+    if origin is dict or tp is Any:
+        return _as_is
+    if isinstance(tp, typing.NewType):  # NormalizedName
+        return _decoder(tp.__supertype__)
+    if isinstance(tp, type) and issubclass(tp, _SHARED):
+        build = _builder(typing.cast(type, tp))
+
+        def shared(data: Any, ctx: _Context) -> Any:
+            if type(data) is not int:
+                raise TypeError(f"expected a table index for {tp.__name__}")
+            if data not in ctx.built:
+                ctx.built[data] = build(ctx.table[data], ctx)
+            return ctx.built[data]
+
+        return shared
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _builder(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return lambda data, ctx: tp(data)
+    if tp in (str, int, bool):
+        return _plain(tp)
+    raise TypeError(f"cannot decode {tp!r}")
+
+
+def _list(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        raise TypeError("expected a list")
+    return data
+
+
+@cache
+def _builder(cls: type) -> _Decoder:
+    hints = typing.get_type_hints(cls)
+    fields = tuple((f.name, _decoder(hints[f.name])) for f in dataclasses.fields(cls))
+    names = {name for name, _ in fields}
+
+    def build(data: Any, ctx: _Context) -> Any:
+        if not isinstance(data, dict) or data.keys() != names:
+            raise TypeError(f"expected the fields of {cls.__name__}")
+        return cls(**{name: f(data[name], ctx) for name, f in fields})
+
+    return build
+
+
+def encode(replay: Replay) -> dict[str, Any]:
+    """``replay`` as JSON-ready data (shared distributions and environments in ``table``)."""
+    shared: dict[int, int] = {}
+    table: list[Any] = []
+    body = _encode(replay, shared, table)
+    return {"format": FORMAT, "table": table, "replay": body}
+
+
+def decode(data: dict[str, Any]) -> Replay:
+    """The ``Replay`` that ``encode`` wrote; raises ``TypeError``/``KeyError`` when it is not."""
+    if data.get("format") != FORMAT:
+        raise TypeError("another entry format")
+    table = data["table"]
+    if not isinstance(table, list):
+        raise TypeError("table is not a list")
+    replay = _builder(Replay)(data["replay"], _Context(table))
+    if not isinstance(replay, Replay):
+        raise TypeError("not a replay")
+    return replay
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class ReplayCache:
+    """``replay-<key>.json`` files in the layer cache's directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, key: str) -> Path:
+        if not key.isalnum():
+            raise ValueError(f"not a key: {key!r}")
+        return self.directory / f"replay-{key}.json"
+
+    def get(self, key: str) -> Replay | None:
+        try:
+            with self._path(key).open("rb") as fh:
+                data = json.load(fh)
+            if not isinstance(data, dict) or data.pop("content", None) != entry_digest(data):
+                return None
+            if data.pop("key", None) != key:
+                return None
+            return decode(data)
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AssertionError):
+            return None
+
+    def put(self, key: str, replay: Replay) -> None:
+        data = encode(replay)
+        data["key"] = key
+        data["content"] = entry_digest(data)
+        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._path(key), text)

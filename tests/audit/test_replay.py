@@ -1,0 +1,157 @@
+"""The replay cache: a warm audit is the cold audit, read back without any layer.
+
+An OCI layout with a requirement graph (``pinguard.testing.graphs``: 40 distributions, most
+moved in the last step, so steps carry changes, causes and unmet requirements) is audited
+cold with a cache directory; then its layer blobs are deleted, so a second audit can only
+succeed from the replay entry, and it must equal the first, value for value and report byte
+for byte. An entry altered into other valid JSON is a miss; another chain (one more layer)
+gets its own entry; a distribution that several snapshots share is written once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.errors import PinguardError
+from pinguard.models import AuditResult
+from pinguard.report.json import render
+from pinguard.testing.graphs import requirement_graph
+from pinguard.testing.images import ImageWriter, layer_tar
+
+SITE = "/usr/local/lib/python3.12/site-packages"
+
+
+def _metadata(name: str, version: str, requires: tuple[str, ...]) -> bytes:
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _layout(path: Path, extra_layer: bool = False) -> str:
+    graph = requirement_graph(40, prefix="g")
+    base = {
+        f"{SITE}/{g.name.replace('-', '_')}-{g.before}.dist-info/METADATA": _metadata(
+            g.name, g.before, g.requires
+        )
+        for g in graph
+        if g.before is not None
+    }
+    step: dict[str, bytes] = {}
+    gone: list[str] = []
+    for g in graph:
+        if g.before == g.after:
+            continue
+        if g.before is not None:
+            gone.append(f"{SITE}/{g.name.replace('-', '_')}-{g.before}.dist-info")
+        meta = f"{SITE}/{g.name.replace('-', '_')}-{g.after}.dist-info/METADATA"
+        step[meta] = _metadata(g.name, g.after, g.requires)
+    w = ImageWriter(path)
+    layers = [
+        w.layer(layer_tar(base, parents=True)),
+        w.layer(layer_tar(step, whiteouts=gone, parents=True)),
+    ]
+    history = [{"created_by": "RUN pip install base"}, {"created_by": "RUN pip install step"}]
+    if extra_layer:
+        layers.append(w.layer(layer_tar({"/etc/motd": b"hi\n"}, parents=True)))
+        history.append({"created_by": "RUN echo hi > /etc/motd"})
+    img = w.image(layers, history, platform="linux/amd64")
+    w.write_layout(w.index([img], tag="v1")[0])
+    return f"oci:{path}:v1"
+
+
+def _layer_blobs(layout: Path) -> list[Path]:
+    index = json.loads((layout / "index.json").read_text())
+    blobs = layout / "blobs" / "sha256"
+    manifest = json.loads((blobs / index["manifests"][0]["digest"].split(":")[1]).read_bytes())
+    return [blobs / layer["digest"].split(":")[1] for layer in manifest["layers"]]
+
+
+def _json(result: AuditResult) -> str:
+    return render(result)
+
+
+def test_a_warm_audit_replays_without_reading_a_layer(tmp_path: Path) -> None:
+    """Cold, then blobs deleted, then warm: equal results, equal JSON; changes with causes."""
+    ref = _layout(tmp_path / "img")
+    options = AuditOptions(cache_dir=tmp_path / "cache")
+    cold = audit_image(ref, options=options)
+    causes = [c for s in cold.steps for c in s.changes if c.causes]
+    assert len(causes) >= 5
+    assert any(s.unmet for s in cold.steps)
+    assert len(list((tmp_path / "cache").glob("replay-*.json"))) == 1
+    for blob in _layer_blobs(tmp_path / "img"):
+        blob.unlink()
+    with pytest.raises(PinguardError):  # without the cache the layers are gone
+        audit_image(ref)
+    warm = audit_image(ref, options=options)
+    assert warm == cold
+    assert _json(warm) == _json(cold)
+
+
+def test_an_altered_entry_is_a_miss_and_another_chain_has_its_own(tmp_path: Path) -> None:
+    """A version changed inside the entry (valid JSON) is not believed: the audit reads the
+    layers again and gives the true result. One more layer: a second entry."""
+    ref = _layout(tmp_path / "img")
+    options = AuditOptions(cache_dir=tmp_path / "cache")
+    cold = audit_image(ref, options=options)
+    (entry,) = (tmp_path / "cache").glob("replay-*.json")
+    data = json.loads(entry.read_text())
+    text = json.dumps(data)
+    assert '"raw_version": "1.2"' in text
+    entry.write_text(text.replace('"raw_version": "1.2"', '"raw_version": "9.9"', 1))
+    again = audit_image(ref, options=options)
+    assert again == cold
+    other = audit_image(_layout(tmp_path / "img2", extra_layer=True), options=options)
+    assert len(other.steps) == 3
+    assert len(list((tmp_path / "cache").glob("replay-*.json"))) == 2
+
+
+def test_shared_distributions_are_written_once(tmp_path: Path) -> None:
+    """Every distribution object appears once in the entry's table, however many snapshots
+    hold it (the base's unchanged distributions are in both steps' snapshots)."""
+    ref = _layout(tmp_path / "img")
+    result = audit_image(ref, options=AuditOptions(cache_dir=tmp_path / "cache"))
+    (entry,) = (tmp_path / "cache").glob("replay-*.json")
+    table = json.loads(entry.read_text())["table"]
+    rows = [t for t in table if "raw_version" in t]
+    distinct = {
+        (d.name, d.raw_version, d.metadata_path)
+        for snap in result.snapshots
+        for env in snap.environments
+        for d in env.distributions
+    }
+    held = sum(len(env.distributions) for snap in result.snapshots for env in snap.environments)
+    assert held > len(distinct)
+    assert len(rows) == len(distinct)
+
+
+def test_the_key_follows_everything_a_replay_depends_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Analyzers and limits, platform, config, each layer digest and diff_id, their order,
+    and the packaging release each give another key; the same inputs the same key."""
+    import packaging
+
+    from pinguard.audit.replay import replay_key
+    from pinguard.models import Platform
+    from pinguard.sources.interface import LayerRef
+
+    a = LayerRef("sha256:" + "a" * 64, 10, diff_id="sha256:" + "c" * 64)
+    b = LayerRef("sha256:" + "b" * 64, 10, diff_id="sha256:" + "d" * 64)
+    amd64 = Platform("linux", "amd64")
+    config = {"history": [{"created_by": "RUN x"}]}
+    base = replay_key("k1", amd64, config, [a, b])
+    assert replay_key("k1", amd64, dict(config), [a, b]) == base
+    others = [
+        replay_key("k2", amd64, config, [a, b]),
+        replay_key("k1", Platform("linux", "arm64"), config, [a, b]),
+        replay_key("k1", amd64, {"history": [{"created_by": "RUN y"}]}, [a, b]),
+        replay_key("k1", amd64, config, [b, a]),
+        replay_key("k1", amd64, config, [a]),
+        replay_key("k1", amd64, config, [a, LayerRef(b.digest, 10, diff_id="sha256:" + "e" * 64)]),
+    ]
+    monkeypatch.setattr(packaging, "__version__", "0.0")
+    others.append(replay_key("k1", amd64, config, [a, b]))
+    assert len({base, *others}) == len(others) + 1
