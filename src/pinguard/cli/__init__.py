@@ -28,6 +28,8 @@ COMMANDS = (
     "gate",
     "attest",
     "verify",
+    "fleet",
+    "worker",
 )
 
 

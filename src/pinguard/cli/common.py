@@ -66,30 +66,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, help="per-layer analysis cache (default: user cache dir)"
     )
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the layer cache")
-    g.add_argument(
-        "--cache",
-        metavar="URL",
-        dest="shared_cache",
-        help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB or "
-        "rediss://... (TLS); every entry is verified on read (docs/fleet.md)",
-    )
-    g.add_argument(
-        "--cache-ttl", type=int, default=0, metavar="SECONDS", help="entry lifetime (0: none)"
-    )
-    g.add_argument(
-        "--cache-sign-key", type=Path, metavar="KEY.pem", help="sign cache entries (fleet key)"
-    )
-    g.add_argument(
-        "--cache-trust",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="KEY.pub",
-        help="use only cache entries signed by this key (repeatable)",
-    )
-    g.add_argument("--cache-tls-ca", type=Path, metavar="PEM", help="rediss:// CA bundle")
-    g.add_argument("--cache-tls-cert", type=Path, metavar="PEM", help="rediss:// client cert")
-    g.add_argument("--cache-tls-key", type=Path, metavar="PEM", help="rediss:// client key")
+    add_cache_options(g)
     g.add_argument(
         "--verify-records", action="store_true", help="hash every installed file against RECORD"
     )
@@ -120,6 +97,34 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
         help="a layer inflating more than RATIO bytes per stored byte (past "
         f"{defaults.ratio_floor} bytes) is an error (default: {defaults.max_ratio})",
     )
+
+
+def add_cache_options(g: argparse._ActionsContainer) -> None:
+    """The shared layer cache: ``--cache URL`` and its keys, TTL and TLS files."""
+    g.add_argument(
+        "--cache",
+        metavar="URL",
+        dest="shared_cache",
+        help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB or "
+        "rediss://... (TLS); every entry is verified on read (docs/fleet.md)",
+    )
+    g.add_argument(
+        "--cache-ttl", type=int, default=0, metavar="SECONDS", help="entry lifetime (0: none)"
+    )
+    g.add_argument(
+        "--cache-sign-key", type=Path, metavar="KEY.pem", help="sign cache entries (fleet key)"
+    )
+    g.add_argument(
+        "--cache-trust",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="KEY.pub",
+        help="use only cache entries signed by this key (repeatable)",
+    )
+    g.add_argument("--cache-tls-ca", type=Path, metavar="PEM", help="rediss:// CA bundle")
+    g.add_argument("--cache-tls-cert", type=Path, metavar="PEM", help="rediss:// client cert")
+    g.add_argument("--cache-tls-key", type=Path, metavar="PEM", help="rediss:// client key")
 
 
 def _positive_int(text: str) -> int:
@@ -272,7 +277,7 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
 def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
     """The shared cache the ``--cache`` options describe (None: the directory cache);
     key files are loaded here, so a bad one is an error before any audit."""
-    if not getattr(args, "shared_cache", None) or args.no_cache:
+    if not getattr(args, "shared_cache", None) or getattr(args, "no_cache", False):
         return None
     spec = CacheSpec(
         url=args.shared_cache,
@@ -281,7 +286,7 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
         tls_ca=args.cache_tls_ca,
         tls_cert=args.cache_tls_cert,
         tls_key=args.cache_tls_key,
-        insecure=tuple(args.insecure_registry),
+        insecure=tuple(getattr(args, "insecure_registry", ())),
     )
     spec.open("check", ()).check_keys()
     return spec
