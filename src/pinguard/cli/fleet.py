@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pinguard.cli.common import write_output
@@ -46,6 +47,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--insecure-registry", action="append", default=[], metavar="HOST")
     _report_options(r)
     r.set_defaults(func=run)
+    w = fsub.add_parser(
+        "receive",
+        help="receive the registry's push notifications and enqueue audits",
+        description="An HTTP endpoint for the distribution registry's notifications.endpoints: "
+        "each manifest pushed under a tag is enqueued as docker://REGISTRY/REPO@DIGEST "
+        "(docs/fleet.md).",
+    )
+    w.add_argument("--listen", default="127.0.0.1:8780", metavar="HOST:PORT")
+    w.add_argument(
+        "--token-file",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="the bearer token the registry sends (Authorization: Bearer TOKEN)",
+    )
+    w.add_argument(
+        "--registry",
+        metavar="HOST[:PORT]",
+        help="the registry's address as the workers reach it (default: the host in each "
+        "event's target URL)",
+    )
+    w.add_argument("--broker", metavar="URL", help="redis://HOST:PORT/DB ($PINGUARD_BROKER_URL)")
+    w.add_argument("--policy", action="append", default=[], metavar="FILE")
+    w.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    w.add_argument("--allow-incomplete", action="store_true")
+    w.add_argument("--allow-no-python", action="store_true")
+    w.add_argument("--attest", action="store_true", help="workers attach signed attestations")
+    w.set_defaults(func=receive)
     s = fsub.add_parser("report", help="report what the result store holds")
     _report_options(s)
     s.set_defaults(func=report)
@@ -77,6 +106,18 @@ def _emit(args: argparse.Namespace, records: list) -> int:  # type: ignore[type-
     return summary.exit_code
 
 
+def _task_options(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "policy": [str(Path(p).resolve()) if p != "none" else p for p in args.policy],
+        "targets": list(getattr(args, "target", ())),
+        "platform": getattr(args, "platform", None),
+        "fail_on": args.fail_on,
+        "allow_incomplete": args.allow_incomplete,
+        "allow_no_python": args.allow_no_python,
+        "attest": args.attest,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     import os
 
@@ -87,15 +128,7 @@ def run(args: argparse.Namespace) -> int:
     refs = references_from(
         args.references, args.file, args.repository, tuple(args.insecure_registry)
     )
-    options = {
-        "policy": [str(Path(p).resolve()) if p != "none" else p for p in args.policy],
-        "targets": list(args.target),
-        "platform": args.platform,
-        "fail_on": args.fail_on,
-        "allow_incomplete": args.allow_incomplete,
-        "allow_no_python": args.allow_no_python,
-        "attest": args.attest,
-    }
+    options = _task_options(args)
     app = make_app(args.broker or os.environ.get(BROKER_ENV))
     tasks = enqueue(app, refs, options)
     print(f"enqueued {len(tasks)} audit(s)", file=sys.stderr)
@@ -107,3 +140,42 @@ def report(args: argparse.Namespace) -> int:
     from pinguard.fleet.records import ResultStore
 
     return _emit(args, ResultStore(args.results).all())
+
+
+def receive(args: argparse.Namespace) -> int:
+    import os
+
+    from pinguard.errors import UsageError
+    from pinguard.fleet.app import BROKER_ENV, make_app
+    from pinguard.fleet.dispatch import enqueue
+    from pinguard.fleet.webhook import Push, Receiver
+
+    try:
+        token = args.token_file.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read --token-file: {exc.strerror or exc}") from None
+    if len(token) < 16:
+        raise UsageError("--token-file: the token must be at least 16 characters")
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
+    app = make_app(args.broker or os.environ.get(BROKER_ENV))
+    options = _task_options(args)
+
+    def send(refs: Sequence[str]) -> None:
+        enqueue(app, refs, options)
+
+    def report(push: Push) -> None:
+        where = f"{push.repository}:{push.tag}@{push.digest}"
+        if push.reference is not None:
+            print(f"enqueued {push.reference} (pushed as {where})", file=sys.stderr, flush=True)
+        else:
+            print(f"ignored {where}: {push.ignored}", file=sys.stderr, flush=True)
+
+    server = Receiver(host, int(port), token, args.registry, send, report)
+    print(f"listening on {server.address}", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.httpd.server_close()
+    return 0
