@@ -9,90 +9,24 @@ itself, and every audit's packages are compared with an audit made without any c
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.layers.rediscache import PREFIX
-from pinguard.models import AuditResult
-from pinguard.sources.interface import LayerRef
-from pinguard.testing.demo import build_demo
+from tests.infra.layercache import LAYERS, audit, inventory
 from tests.infra.redis import RedisServer, running_redis
 from tests.infra.registry import free_port
-from tests.infra.tools import require_tool
-
-LAYERS = 4  # the demo image's layers
-
-
-class Counting:
-    """A Progress that records how many layers the cache answered."""
-
-    def __init__(self) -> None:
-        self.cached: list[int] = []
-
-    def layers(self, todo: Sequence[LayerRef], cached: int) -> None:
-        self.cached.append(cached)
-
-    def advance(self, layer: LayerRef, nbytes: int) -> None:
-        pass
-
-    def done(self, layer: LayerRef) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("demo") / "demo.tar"
-    build_demo(path, tag="t")
-    return f"oci-archive:{path}:t"
-
-
-@pytest.fixture(scope="module")
-def fleet_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two P-256 pairs made by openssl: the fleet's and a stranger's."""
-    d = tmp_path_factory.mktemp("fleet-keys")
-    openssl = require_tool("openssl")
-    out = {}
-    for name in ("fleet", "stranger"):
-        private, public = d / f"{name}.pem", d / f"{name}.pub"
-        genpkey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
-        subprocess.run(
-            [openssl, *genpkey, "-out", str(private)],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(
-            [openssl, "pkey", "-in", str(private), "-pubout", "-out", str(public)],
-            check=True,
-            capture_output=True,
-        )
-        out[name], out[f"{name}.pub"] = private, public
-    return out
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisServer]:
     with running_redis(tmp_path / "redis") as r:
         yield r
-
-
-def audit(ref: str, spec: CacheSpec | None, jobs: int = 1) -> tuple[AuditResult, int]:
-    progress = Counting()
-    options = AuditOptions(shared_cache=spec, jobs=jobs)
-    result = audit_image(ref, options=options, progress=progress)
-    return result, progress.cached[0]
-
-
-def inventory(result: AuditResult) -> list[tuple[str, str]]:
-    return sorted(
-        (d.name, str(d.version)) for env in result.final.environments for d in env.distributions
-    )
 
 
 def entries(server: RedisServer) -> dict[bytes, bytes]:

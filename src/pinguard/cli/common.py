@@ -105,8 +105,9 @@ def add_cache_options(g: argparse._ActionsContainer) -> None:
         "--cache",
         metavar="URL",
         dest="shared_cache",
-        help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB or "
-        "rediss://... (TLS); every entry is verified on read (docs/fleet.md)",
+        help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB, "
+        "rediss://... (TLS) or registry://HOST/REPO (a cache repository); every entry is "
+        "verified on read (docs/fleet.md)",
     )
     g.add_argument(
         "--cache-ttl", type=int, default=0, metavar="SECONDS", help="entry lifetime (0: none)"

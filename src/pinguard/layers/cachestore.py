@@ -45,7 +45,8 @@ class LayerStore(Protocol):
 
 
 class CacheBackend(Protocol):
-    """Bytes by name in some shared place; raises ``CacheUnavailable`` when unreachable."""
+    """Bytes by name in some shared place; raises ``CacheUnavailable`` when unreachable and
+    may raise ``EntryRejected`` when what it holds under a name is no entry at all."""
 
     def describe(self) -> str: ...
     def load(self, name: str) -> bytes | None: ...
@@ -214,13 +215,12 @@ class VerifiedCache:
         name = entry_name(digest, self.key)
         try:
             data = self.backend.load(name)
+            if data is None:
+                return None
+            return decode_entry(data, digest, self.key, self.analyzers, self._trusted_keys())
         except CacheUnavailable as exc:
             self._unavailable(exc)
             return None
-        if data is None:
-            return None
-        try:
-            return decode_entry(data, digest, self.key, self.analyzers, self._trusted_keys())
         except EntryRejected as exc:
             self._notes.append(
                 f"layer cache {self.backend.describe()}: rejected the entry for {digest} "
@@ -266,6 +266,10 @@ class CacheSpec:
     def backend(self) -> CacheBackend:
         from pinguard.errors import UsageError
 
+        if self.url.startswith("registry://"):
+            from pinguard.layers.registrycache import RegistryBackend
+
+            return RegistryBackend(self.url[len("registry://") :], insecure=self.insecure)
         if self.url.startswith(("redis://", "rediss://", "unix://")):
             from pinguard.layers.rediscache import RedisBackend
 
