@@ -19,7 +19,7 @@ from pinguard.cli import main
 from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.layers.rediscache import PREFIX
 from tests.infra.layercache import LAYERS, audit, inventory
-from tests.infra.redis import RedisServer, running_redis
+from tests.infra.redis import RedisServer, running_redis, tls_files
 from tests.infra.registry import free_port
 
 
@@ -190,3 +190,25 @@ def test_cli_audit_with_a_cache_nobody_listens_on_completes_and_says_so(
 def test_cli_refuses_an_unknown_cache_scheme(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", demo, "--cache", "memcached://x", "--policy", "none"]) == 2
     assert "--cache 'memcached://x'" in capsys.readouterr().err
+
+
+def test_tls_with_a_client_certificate(demo: str, tmp_path: Path) -> None:
+    tls = tls_files(tmp_path / "tls")
+    with running_redis(tmp_path / "tls-redis", tls=tls, tls_clients=True) as server:
+        url = server.url()
+        assert url.startswith("rediss://")
+        no_client = CacheSpec(url, tls_ca=tls.ca)
+        denied, cached = audit(demo, no_client)
+        assert cached == 0
+        assert any("unavailable" in n for n in denied.notes)
+        spec = CacheSpec(url, tls_ca=tls.ca, tls_cert=tls.client_cert, tls_key=tls.client_key)
+        audit(demo, spec)
+        again, cached = audit(demo, spec)
+        assert cached == LAYERS
+        assert not [n for n in again.notes if "layer cache" in n]
+        wrong_ca = CacheSpec(
+            url, tls_ca=tls.client_cert, tls_cert=tls.client_cert, tls_key=tls.client_key
+        )
+        refused, cached = audit(demo, wrong_ca)
+        assert cached == 0
+        assert any("unavailable" in n for n in refused.notes)
