@@ -9,6 +9,7 @@ receiver must ignore rather than audit.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import write_oci_archive
 from tests.infra.fleet import fleet_layers, start_worker
 from tests.infra.redis import RedisServer
-from tests.infra.registry import running_registry
+from tests.infra.registry import free_port, running_registry
 from tests.infra.tools import require_tool
 
 TOKEN = "push-token-0123456789abcdef"
@@ -51,24 +52,69 @@ class ReceiverProcess:
         raise AssertionError(f"receiver never logged {pattern!r}:\n{self.text()}")
 
 
-@pytest.fixture
-def receiver(tmp_path: Path, broker: RedisServer) -> Iterator[ReceiverProcess]:
+def start_receiver(tmp_path: Path, broker_url: str) -> ReceiverProcess:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     log = tmp_path / "receiver.log"
     policy = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
     cmd = [sys.executable, "-m", "pinguard", "fleet", "receive", "--listen", "127.0.0.1:0"]
-    cmd += ["--token-file", str(token), "--broker", broker.url(), "--attest"]
+    cmd += ["--token-file", str(token), "--broker", broker_url, "--attest"]
     cmd += ["--policy", str(policy)]  # the registry: the host in each event's target URL
     with log.open("wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    rec = ReceiverProcess(process, log, "")
     try:
-        rec = ReceiverProcess(process, log, "")
         rec.address = rec.wait_for(r"listening on (\S+)").split()[-1]
+    except AssertionError:
+        process.kill()
+        raise
+    return rec
+
+
+@pytest.fixture
+def receiver(tmp_path: Path, broker: RedisServer) -> Iterator[ReceiverProcess]:
+    rec = start_receiver(tmp_path, broker.url())
+    try:
         yield rec
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        rec.process.terminate()
+        rec.process.wait(timeout=10)
+
+
+def push_event(tag: str, digest: str = "sha256:" + "ab" * 32) -> bytes:
+    target = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "repository": "team/serve",
+        "digest": digest,
+        "tag": tag,
+        "url": f"http://127.0.0.1:5000/v2/team/serve/manifests/{digest}",
+    }
+    return json.dumps({"events": [{"action": "push", "target": target}]}).encode()
+
+
+def post(address: str, body: bytes) -> int:
+    request = urllib.request.Request(
+        f"http://{address}/events",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_broker_down_answers_503_so_the_registry_retries(tmp_path: Path) -> None:
+    rec = start_receiver(tmp_path, f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        assert post(rec.address, push_event("sha256-" + "cd" * 32)) == 200  # nothing to send
+        assert post(rec.address, push_event("1.0")) == 503
+    finally:
+        rec.process.terminate()
+        rec.process.wait(timeout=10)
+    assert "enqueued" not in rec.text()
 
 
 def test_receive_rejects_a_request_without_the_token(receiver: ReceiverProcess) -> None:

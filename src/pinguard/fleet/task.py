@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pinguard.errors import PinguardError
+from pinguard.errors import ConfigError, PinguardError
 from pinguard.fleet.records import ImageRecord, Package, ResultStore, record_id
 from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.models import AuditResult, Severity
@@ -51,7 +51,7 @@ class WorkerSettings:
         env = os.environ if env is None else env
         results = env.get(RESULTS_ENV)
         if not results:
-            raise PinguardError(f"the worker has no result store: set {RESULTS_ENV}")
+            raise ConfigError(f"the worker has no result store: set {RESULTS_ENV}")
         cache = None
         if env.get(CACHE_ENV):
             trusted = tuple(Path(p) for p in env.get(CACHE_TRUST_ENV, "").split(os.pathsep) if p)
