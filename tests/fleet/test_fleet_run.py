@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -25,7 +26,7 @@ from tests.infra.registry import RegistryServer, free_port
 FleetRegistry = tuple[RegistryServer, dict[str, str]]
 
 
-def fleet_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, object]]:
+def fleet_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "fleet.json"
     code = main(["fleet", *args, "-f", "json", "-o", str(out)])
     doc = json.loads(out.read_text())
@@ -133,3 +134,36 @@ def test_every_tag_of_a_repository_and_html(
     assert "team/train" not in page
     assert "<th>torch</th>" in page
     assert "nvidia-nccl" not in page
+
+
+def test_the_cache_redis_down_and_restarted_between_fleet_runs(
+    tmp_path: Path,
+    broker: RedisServer,
+    cache_redis: RedisServer,
+    fleet_registry: FleetRegistry,
+) -> None:
+    _, refs = fleet_registry
+    images = [refs["team/serve:a"], refs["team/serve:b"]]
+    results = tmp_path / "results"
+    worker = start_worker(
+        tmp_path / "w", broker.url(), results, "--cache", cache_redis.url(), "--jobs", "1"
+    )
+    run = ["run", *images, "--broker", broker.url(), "--results", str(results)]
+    try:
+        code, _ = fleet_json(tmp_path, *run, "--timeout", "120")
+        assert code == 0
+        cache_redis.stop()
+        code, doc = fleet_json(tmp_path, *run, "--timeout", "120")
+        assert code == 0, worker.text()[-3000:]
+        for image in doc["images"]:
+            assert image["verdict"] == "pass"
+            [note] = [n for n in image["notes"] if "layer cache" in n]
+            assert "unavailable" in note
+            assert "audited without the shared cache" in note
+        cache_redis.start()  # restarted, empty: audits use it again
+        code, doc = fleet_json(tmp_path, *run, "--timeout", "120")
+        assert code == 0
+        assert all(not [n for n in i["notes"] if "layer cache" in n] for i in doc["images"])
+        assert len(redis.Redis.from_url(cache_redis.url()).keys(PREFIX + "*")) == 3
+    finally:
+        worker.stop()
