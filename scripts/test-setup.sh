@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the pinguard tests need on a fresh Debian 12 machine, idempotently:
 # the container tools the tests start themselves (buildah, podman, skopeo, Debian's
-# docker-registry, debootstrap, htpasswd from apache2-utils, openssl, and Debian's headless
+# docker-registry, debootstrap, htpasswd from apache2-utils, openssl, redis-server (the fleet's
+# shared cache and Celery broker), and Debian's headless
 # chromium + chromium-driver for the HTML report's browser tests), then a .venv at the
 # repository root with pinguard installed editable plus its [test] extras. Packages already
 # present are not reinstalled; the venv is refreshed only when pyproject.toml changes.
@@ -33,6 +34,7 @@ declare -A PACKAGE_FOR=(
   [gcc]=gcc            # native-library tests build real shared objects
   [readelf]=binutils   # ... and check them against readelf -d
   [dpkg-deb]=dpkg      # ... and package one as a real .deb
+  [redis-server]=redis-server  # the fleet tests: shared layer cache and Celery broker
 )
 missing=()
 for tool in "${!PACKAGE_FOR[@]}"; do
@@ -56,6 +58,14 @@ if [ -e /lib/systemd/system/docker-registry.service ] && [ -d /run/systemd/syste
 elif [ -x /etc/init.d/docker-registry ]; then
   "${SUDO[@]}" /etc/init.d/docker-registry stop >/dev/null 2>&1 || true
   "${SUDO[@]}" update-rc.d docker-registry disable >/dev/null 2>&1 || true
+fi
+
+# Likewise Debian's redis-server enables a service on :6379; the fleet tests start their own.
+if [ -e /lib/systemd/system/redis-server.service ] && [ -d /run/systemd/system ]; then
+  "${SUDO[@]}" systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+elif [ -x /etc/init.d/redis-server ]; then
+  "${SUDO[@]}" /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+  "${SUDO[@]}" update-rc.d redis-server disable >/dev/null 2>&1 || true
 fi
 
 # The Python side: .venv with pinguard editable and the test extras.

@@ -702,11 +702,13 @@ def start_registry(
     username: str = DEFAULT_USER,
     password: str = DEFAULT_PASSWORD,
     refresh_token: str | None = None,
+    extra_config: str = "",
 ) -> RegistryServer:
     """Start ``docker-registry`` on 127.0.0.1 (ephemeral port) storing under ``workdir``.
 
     ``auth``: "none", "htpasswd" (Basic) or "token" (Bearer via a TokenServer that accepts
     ``username``/``password`` and, when given, ``refresh_token`` as an identity token).
+    ``extra_config``: YAML appended to the config (``notifications:``, say).
     The caller stops it (``stop()`` or ``with``)."""
     binary = require_tool("docker-registry")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -738,7 +740,7 @@ def start_registry(
     for _attempt in range(3):  # the port may be taken between free_port() and bind
         port = free_port()
         config = workdir / "config.yml"
-        config.write_text(_config_yaml(port, storage, auth_block))
+        config.write_text(_config_yaml(port, storage, auth_block) + extra_config)
         log_path = workdir / "registry.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(

@@ -36,6 +36,7 @@ from pinguard.layers.analysis import (
     analyze_stream,
 )
 from pinguard.layers.cache import LayerCache
+from pinguard.layers.cachestore import CacheSpec, LayerStore
 from pinguard.models import (
     AuditResult,
     Change,
@@ -64,6 +65,7 @@ class AuditOptions:
 
     source: SourceOptions = SourceOptions()  # noqa: RUF009 - frozen, so sharing it is safe
     cache_dir: Path | None = None  # None: no cache
+    shared_cache: CacheSpec | None = None  # a shared, verified cache; replaces cache_dir
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
     limits: LayerLimits = LayerLimits()  # noqa: RUF009 - frozen, so sharing it is safe
@@ -153,7 +155,7 @@ def _analyze_one(
     source: ImageSource,
     layer: LayerRef,
     analyzers: Analyzers,
-    cache: LayerCache | None,
+    cache: LayerStore | None,
     limits: LayerLimits,
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
@@ -236,7 +238,7 @@ def _parallel(
     analyzers: Analyzers,
     jobs: int,
     progress: Progress | None,
-    cache: LayerCache | None,
+    cache: LayerStore | None,
     limits: LayerLimits,
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
@@ -303,17 +305,20 @@ def load_layers(
     layers: Sequence[LayerRef],
     options: AuditOptions,
     progress: Progress | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Analyses for every layer: from the cache where present, else streamed (and cached).
+    What the cache reports (a shared cache unreachable, an entry refused) goes to ``notes``.
 
     A layer that is a directory on disk (``LayerRef.tree``) is walked in place and never
     cached: its digest names it but does not address its content."""
     analyzers = options.analyzers()
-    cache = (
-        LayerCache(options.cache_dir, f"{analyzers.key()}-{options.limits.key()}")
-        if options.cache_dir is not None
-        else None
-    )
+    key = f"{analyzers.key()}-{options.limits.key()}"
+    cache: LayerStore | None = None
+    if options.shared_cache is not None:
+        cache = options.shared_cache.open(key, analyzers.versions())
+    elif options.cache_dir is not None:
+        cache = LayerCache(options.cache_dir, key)
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
     trees: list[LayerRef] = []
@@ -345,6 +350,8 @@ def load_layers(
                 if cache is not None:
                     cache.put(analysis)
             found.update(fresh)
+    if cache is not None and notes is not None:
+        notes.extend(cache.report())
     for layer in layers:
         # fresh analyses were checked while streaming; this covers cache hits
         analysis = found[layer.digest]
@@ -492,11 +499,14 @@ def audit_source(
                 if progress is not None:
                     progress.layers([], len(resolved.layers))
                 return _from_replay(resolved, hit)
-        analyses = load_layers(source, resolved.layers, options, progress)
+        cache_notes: list[str] = []
+        analyses = load_layers(source, resolved.layers, options, progress, cache_notes)
     result = build_result(resolved, analyses, options.analyzers())
     if store is not None:
         cache, key = store
         cache.put(key, _to_replay(resolved, result))
+    if cache_notes:  # about this run's shared cache: not part of the replayed audit
+        result = replace(result, notes=(*result.notes, *cache_notes))
     return result
 
 

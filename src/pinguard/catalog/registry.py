@@ -81,6 +81,10 @@ class Analyzers:
             {a.name: a.open_stream(path, size) for a in self.members if a.wants(path) & STREAM}
         )
 
+    def versions(self) -> tuple[str, ...]:
+        """``name=version`` of each analyzer, sorted (stated in shared cache entries)."""
+        return tuple(sorted(f"{a.name}={a.version}" for a in self.members))
+
     def key(self) -> str:
         """The layer cache key for what these analyzers keep from a layer."""
         parts = []

@@ -29,6 +29,8 @@ COMMANDS = (
     "attest",
     "verify",
     "probe",
+    "fleet",
+    "worker",
 )
 
 

@@ -26,6 +26,7 @@ from pinguard.errors import IncompleteAudit, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerLimits
 from pinguard.layers.cache import default_cache_dir
+from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
 
@@ -65,6 +66,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, help="per-layer analysis cache (default: user cache dir)"
     )
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the layer cache")
+    add_cache_options(g)
     g.add_argument(
         "--verify-records", action="store_true", help="hash every installed file against RECORD"
     )
@@ -95,6 +97,35 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
         help="a layer inflating more than RATIO bytes per stored byte (past "
         f"{defaults.ratio_floor} bytes) is an error (default: {defaults.max_ratio})",
     )
+
+
+def add_cache_options(g: argparse._ActionsContainer) -> None:
+    """The shared layer cache: ``--cache URL`` and its keys, TTL and TLS files."""
+    g.add_argument(
+        "--cache",
+        metavar="URL",
+        dest="shared_cache",
+        help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB, "
+        "rediss://... (TLS) or registry://HOST/REPO (a cache repository); every entry is "
+        "verified on read (docs/fleet.md)",
+    )
+    g.add_argument(
+        "--cache-ttl", type=int, default=0, metavar="SECONDS", help="entry lifetime (0: none)"
+    )
+    g.add_argument(
+        "--cache-sign-key", type=Path, metavar="KEY.pem", help="sign cache entries (fleet key)"
+    )
+    g.add_argument(
+        "--cache-trust",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="KEY.pub",
+        help="use only cache entries signed by this key (repeatable)",
+    )
+    g.add_argument("--cache-tls-ca", type=Path, metavar="PEM", help="rediss:// CA bundle")
+    g.add_argument("--cache-tls-cert", type=Path, metavar="PEM", help="rediss:// client cert")
+    g.add_argument("--cache-tls-key", type=Path, metavar="PEM", help="rediss:// client key")
 
 
 def _positive_int(text: str) -> int:
@@ -244,10 +275,30 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     )
 
 
-def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
-    options = AuditOptions(
+def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
+    """The shared cache the ``--cache`` options describe (None: the directory cache);
+    key files are loaded here, so a bad one is an error before any audit."""
+    if not getattr(args, "shared_cache", None) or getattr(args, "no_cache", False):
+        return None
+    spec = CacheSpec(
+        url=args.shared_cache,
+        keys=FleetKeys(signing_key=args.cache_sign_key, trusted=tuple(args.cache_trust)),
+        ttl=max(0, args.cache_ttl),
+        tls_ca=args.cache_tls_ca,
+        tls_cert=args.cache_tls_cert,
+        tls_key=args.cache_tls_key,
+        insecure=tuple(getattr(args, "insecure_registry", ())),
+    )
+    spec.open("check", ()).check_keys()
+    return spec
+
+
+def audit_options(args: argparse.Namespace) -> AuditOptions:
+    """The ``AuditOptions`` the image options describe."""
+    return AuditOptions(
         source=source_options(args),
         cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
+        shared_cache=cache_spec(args),
         verify_records=args.verify_records,
         jobs=max(0, args.jobs),
         limits=LayerLimits(
@@ -256,6 +307,10 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
             max_ratio=args.max_inflation,
         ),
     )
+
+
+def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
+    options = audit_options(args)
     err = Console(stderr=True)
     if err.is_terminal:
         progress = _RichProgress(err)

@@ -110,6 +110,10 @@ class LayerCache:
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, text)
 
+    def report(self) -> tuple[str, ...]:
+        """Nothing to report: an unreadable or altered entry here is quietly a miss."""
+        return ()
+
 
 def entry_digest(data: dict[str, object]) -> str:
     """sha256 of an entry's canonical JSON without its ``content`` field."""

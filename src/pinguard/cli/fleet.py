@@ -1,0 +1,181 @@
+"""`pinguard fleet run|report`: audit many images on the workers; report the fleet.
+
+``run`` enqueues one task per reference (arguments, ``--file``, every tag of each
+``--repository``), waits up to ``--timeout``, and reports the records; ``report`` renders
+what the result store holds (audits on push included). Both print the matrix of images x
+the packages that matter, failing images first, as a table, JSON or HTML, and exit with
+the fleet's worst code: 3 when an image could not be read, 1 when one failed, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pinguard.cli.common import write_output
+from pinguard.fleet.summary import DEFAULT_PACKAGES
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "fleet",
+        help="audit many images on `pinguard worker`s and report the fleet",
+        description="Fan audits out to Celery workers and report images x packages.",
+    )
+    fsub = p.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
+    r = fsub.add_parser("run", help="enqueue audits, wait, report")
+    r.add_argument("references", nargs="*", metavar="REF")
+    r.add_argument("--file", type=Path, action="append", default=[], help="references, one a line")
+    r.add_argument(
+        "--repository",
+        action="append",
+        default=[],
+        metavar="docker://HOST/REPO",
+        help="every tag of this repository (the registry's tag list)",
+    )
+    r.add_argument("--broker", metavar="URL", help="redis://HOST:PORT/DB ($PINGUARD_BROKER_URL)")
+    r.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS")
+    r.add_argument("--policy", action="append", default=[], metavar="FILE")
+    r.add_argument("--target", action="append", default=[], metavar="T")
+    r.add_argument("--platform")
+    r.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    r.add_argument("--allow-incomplete", action="store_true")
+    r.add_argument("--allow-no-python", action="store_true")
+    r.add_argument("--attest", action="store_true", help="workers attach signed attestations")
+    r.add_argument("--insecure-registry", action="append", default=[], metavar="HOST")
+    _report_options(r)
+    r.set_defaults(func=run)
+    w = fsub.add_parser(
+        "receive",
+        help="receive the registry's push notifications and enqueue audits",
+        description="An HTTP endpoint for the distribution registry's notifications.endpoints: "
+        "each manifest pushed under a tag is enqueued as docker://REGISTRY/REPO@DIGEST "
+        "(docs/fleet.md).",
+    )
+    w.add_argument("--listen", default="127.0.0.1:8780", metavar="HOST:PORT")
+    w.add_argument(
+        "--token-file",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="the bearer token the registry sends (Authorization: Bearer TOKEN)",
+    )
+    w.add_argument(
+        "--registry",
+        metavar="HOST[:PORT]",
+        help="the registry's address as the workers reach it (default: the host in each "
+        "event's target URL)",
+    )
+    w.add_argument("--broker", metavar="URL", help="redis://HOST:PORT/DB ($PINGUARD_BROKER_URL)")
+    w.add_argument("--policy", action="append", default=[], metavar="FILE")
+    w.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    w.add_argument("--allow-incomplete", action="store_true")
+    w.add_argument("--allow-no-python", action="store_true")
+    w.add_argument("--attest", action="store_true", help="workers attach signed attestations")
+    w.set_defaults(func=receive)
+    s = fsub.add_parser("report", help="report what the result store holds")
+    _report_options(s)
+    s.set_defaults(func=report)
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", type=Path, required=True, metavar="DIR", help="the result store")
+    p.add_argument(
+        "--package",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help=f"a package column (fnmatch; default: {' '.join(DEFAULT_PACKAGES)})",
+    )
+    p.add_argument("-f", "--format", choices=("table", "json", "html"), default="table")
+    p.add_argument("-o", "--output", metavar="FILE")
+
+
+def _emit(args: argparse.Namespace, records: list) -> int:  # type: ignore[type-arg]
+    from pinguard.fleet.summary import summarize
+    from pinguard.report.fleet import FLEET_FORMATS
+
+    summary = summarize(records, tuple(args.package) or DEFAULT_PACKAGES)
+    text = FLEET_FORMATS[args.format](summary)
+    if args.output:
+        write_output(args.output, text, f"the {args.format} fleet report")
+    else:
+        sys.stdout.write(text)
+    return summary.exit_code
+
+
+def _task_options(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "policy": [str(Path(p).resolve()) if p != "none" else p for p in args.policy],
+        "targets": list(getattr(args, "target", ())),
+        "platform": getattr(args, "platform", None),
+        "fail_on": args.fail_on,
+        "allow_incomplete": args.allow_incomplete,
+        "allow_no_python": args.allow_no_python,
+        "attest": args.attest,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from pinguard.fleet.app import BROKER_ENV, make_app
+    from pinguard.fleet.dispatch import enqueue, references_from, wait
+    from pinguard.fleet.records import ResultStore
+
+    refs = references_from(
+        args.references, args.file, args.repository, tuple(args.insecure_registry)
+    )
+    options = _task_options(args)
+    app = make_app(args.broker or os.environ.get(BROKER_ENV))
+    tasks = enqueue(app, refs, options)
+    print(f"enqueued {len(tasks)} audit(s)", file=sys.stderr)
+    records = wait(app, tasks, ResultStore(args.results), args.timeout)
+    return _emit(args, records)
+
+
+def report(args: argparse.Namespace) -> int:
+    from pinguard.fleet.records import ResultStore
+
+    return _emit(args, ResultStore(args.results).all())
+
+
+def receive(args: argparse.Namespace) -> int:
+    import os
+
+    from pinguard.errors import UsageError
+    from pinguard.fleet.app import BROKER_ENV, make_app
+    from pinguard.fleet.dispatch import enqueue
+    from pinguard.fleet.webhook import Push, Receiver
+
+    try:
+        token = args.token_file.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read --token-file: {exc.strerror or exc}") from None
+    if len(token) < 16:
+        raise UsageError("--token-file: the token must be at least 16 characters")
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
+    app = make_app(args.broker or os.environ.get(BROKER_ENV))
+    options = _task_options(args)
+
+    def send(refs: Sequence[str]) -> None:
+        enqueue(app, refs, options)
+
+    def report(push: Push) -> None:
+        where = f"{push.repository}:{push.tag}@{push.digest}"
+        if push.reference is not None:
+            print(f"enqueued {push.reference} (pushed as {where})", file=sys.stderr, flush=True)
+        else:
+            print(f"ignored {where}: {push.ignored}", file=sys.stderr, flush=True)
+
+    server = Receiver(host, int(port), token, args.registry, send, report)
+    print(f"listening on {server.address}", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.httpd.server_close()
+    return 0

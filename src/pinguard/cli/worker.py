@@ -1,0 +1,76 @@
+"""`pinguard worker`: a Celery worker that runs fleet audits (docs/fleet.md).
+
+Runs ``celery worker`` on the ``pinguard`` queue of ``--broker`` in this process, with the
+fleet app's settings (late acks, prefetch 1, the visibility timeout); each task audits one
+reference with this worker's result store, shared layer cache, layer jobs, insecure
+registries and attestation key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from pinguard.cli.common import add_cache_options, cache_spec
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="run a Celery worker that audits the images `pinguard fleet` enqueues",
+        description="A Celery worker on a Redis broker: each task audits one image reference "
+        "and writes its record to --results (a directory shared with `pinguard fleet`).",
+    )
+    p.add_argument("--broker", metavar="URL", help="redis://HOST:PORT/DB ($PINGUARD_BROKER_URL)")
+    p.add_argument(
+        "--results", type=Path, required=True, metavar="DIR", help="the shared result store"
+    )
+    p.add_argument("--jobs", type=int, default=1, help="layer processes per audit (default 1)")
+    p.add_argument("--concurrency", type=int, default=1, help="audits at once (default 1)")
+    p.add_argument("--pool", choices=("solo", "prefork"), default="solo")
+    p.add_argument(
+        "--visibility-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="redeliver a task unacknowledged this long; longer than the longest audit "
+        "(default: $PINGUARD_VISIBILITY_TIMEOUT or 21600)",
+    )
+    p.add_argument(
+        "--attest-key",
+        type=Path,
+        metavar="KEY.pem",
+        help="sign each audit and attach it to the image when the task asks (--attest)",
+    )
+    p.add_argument("--insecure-registry", action="append", default=[], metavar="HOST")
+    p.add_argument("--hostname", help="the worker's node name (celery -n)")
+    add_cache_options(p.add_argument_group("shared layer cache"))
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinguard.fleet.app import BROKER_ENV, QUEUE, make_app
+    from pinguard.fleet.task import WorkerSettings, configure
+
+    if args.attest_key is not None:
+        from pinguard.attest.keys import load_private_key
+
+        load_private_key(args.attest_key)  # a bad key fails now, not in every task
+    configure(
+        WorkerSettings(
+            results=args.results,
+            cache=cache_spec(args),
+            jobs=max(1, args.jobs),
+            insecure_registries=tuple(args.insecure_registry),
+            attest_key=args.attest_key,
+        )
+    )
+    app = make_app(
+        args.broker or os.environ.get(BROKER_ENV), visibility_timeout=args.visibility_timeout
+    )
+    argv = ["worker", "--pool", args.pool, "--concurrency", str(max(1, args.concurrency))]
+    argv += ["-Q", QUEUE, "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    if args.hostname:
+        argv += ["-n", args.hostname]
+    app.worker_main(argv)
+    return 0

@@ -1,0 +1,72 @@
+"""Fleet audits land as the same signed attestations ``pinguard attest --push`` attaches.
+
+``attest_result`` signs the in-toto statement of a judged audit with the worker's key and
+attaches it to the image's manifest in its registry (OCI referrers, or the ``sha256-<hex>``
+tag schema), so ``pinguard verify`` finds it. An incomplete audit is attested only with
+``allow_incomplete`` (the predicate says so), as ``pinguard attest`` does; a reference that is
+not in a registry (``docker://``) is not attested. Returns the attestation's digest.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from pinguard.models import AuditResult, Severity
+from pinguard.policy.model import Policy
+
+DOCKER = "docker://"
+
+
+def attest_result(
+    result: AuditResult,
+    policy: Policy,
+    key_path: Path,
+    reference: str,
+    *,
+    fail_on: Severity | None,
+    allow_incomplete: bool,
+    allow_no_python: bool,
+    insecure_registries: tuple[str, ...] = (),
+) -> str | None:
+    from pinguard.attest import dsse
+    from pinguard.attest.keys import load_private_key
+    from pinguard.attest.statement import (
+        PREDICATE_TYPE,
+        build_statement,
+        format_time,
+        policy_digests,
+        statement_bytes,
+    )
+    from pinguard.attest.store import push_attestation
+    from pinguard.sources.interface import SourceOptions
+    from pinguard.sources.registry import RegistrySource
+
+    if not reference.startswith(DOCKER) or result.image.manifest_digest is None:
+        return None
+    if result.incomplete and not allow_incomplete:
+        return None
+    now = _dt.datetime.now(tz=_dt.timezone.utc)
+    statement = build_statement(
+        result,
+        policies=policy_digests(policy.files),
+        fail_on=fail_on,
+        allow_incomplete=allow_incomplete,
+        allow_no_python=allow_no_python,
+        now=now,
+    )
+    envelope = dsse.sign(statement_bytes(statement), load_private_key(key_path)).to_json()
+    source = RegistrySource(
+        reference[len(DOCKER) :], SourceOptions(insecure_registries=insecure_registries)
+    )
+    try:
+        attached = push_attestation(
+            source,
+            str(result.image.manifest_digest),
+            envelope.encode(),
+            predicate_type=PREDICATE_TYPE,
+            created=format_time(now),
+        )
+    finally:
+        source.close()
+    return attached.digest

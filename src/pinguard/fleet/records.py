@@ -1,0 +1,155 @@
+"""What one image's fleet audit leaves behind, and the directory that keeps it.
+
+An ``ImageRecord`` is small (reference, digest, platform, verdict, exit code, error, notes,
+every distribution's name and version per environment, finding counts); the full audit goes
+beside it as the JSON report. ``ResultStore`` is a directory shared by workers and readers
+(a volume), one ``<id>.json`` record and one ``<id>.audit.json`` report per (reference,
+options); the id is a digest of both, so a task delivered twice (a worker killed mid-audit)
+writes the same names with the same bytes, atomically: one result. Celery's result backend
+carries only the id, never the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pinguard.fileio import atomic_write
+
+RECORD_FORMAT = "pinguard/fleet-record/1"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Package:
+    """One distribution in one environment of an image."""
+
+    environment: str
+    name: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRecord:
+    """One image's audit as the fleet sees it. ``verdict``: pass, fail or error."""
+
+    reference: str
+    verdict: str
+    exit_code: int
+    manifest_digest: str | None = None
+    platform: str | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    packages: tuple[Package, ...] = ()
+    errors: int = 0  # unwaived error findings
+    warnings: int = 0
+    incomplete: int = 0
+    attestation: str | None = None  # the attached attestation's digest, when pushed
+
+    @property
+    def failing(self) -> bool:
+        return self.exit_code != 0
+
+    def versions(self, name: str) -> tuple[str, ...]:
+        """Every version of ``name`` in the image, sorted, one per distinct version."""
+        return tuple(sorted({p.version for p in self.packages if p.name == name}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": RECORD_FORMAT,
+            "reference": self.reference,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "manifest_digest": self.manifest_digest,
+            "platform": self.platform,
+            "error": self.error,
+            "notes": list(self.notes),
+            "packages": [
+                {"environment": p.environment, "name": p.name, "version": p.version}
+                for p in self.packages
+            ],
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "incomplete": self.incomplete,
+            "attestation": self.attestation,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ImageRecord:
+        if data.get("format") != RECORD_FORMAT:
+            raise ValueError(f"not a fleet record: format {data.get('format')!r}")
+        return cls(
+            reference=str(data["reference"]),
+            verdict=str(data["verdict"]),
+            exit_code=int(data["exit_code"]),
+            manifest_digest=data.get("manifest_digest"),
+            platform=data.get("platform"),
+            error=data.get("error"),
+            notes=tuple(str(n) for n in data.get("notes", ())),
+            packages=tuple(
+                Package(str(p["environment"]), str(p["name"]), str(p["version"]))
+                for p in data.get("packages", ())
+            ),
+            errors=int(data.get("errors", 0)),
+            warnings=int(data.get("warnings", 0)),
+            incomplete=int(data.get("incomplete", 0)),
+            attestation=data.get("attestation"),
+        )
+
+
+def record_id(reference: str, options: Mapping[str, Any]) -> str:
+    """The store name of (reference, options): the same for every delivery of a task."""
+    text = json.dumps({"reference": reference, "options": options}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+class ResultStore:
+    """A directory of records (``<id>.json``) and full audit reports (``<id>.audit.json``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, rid: str, suffix: str = ".json") -> Path:
+        if not rid.isalnum():
+            raise ValueError(f"not a record id: {rid!r}")
+        return self.directory / f"{rid}{suffix}"
+
+    def write(self, rid: str, record: ImageRecord, report: str | None = None) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if report is not None:
+            atomic_write(self._path(rid, ".audit.json"), report)
+        text = json.dumps(record.to_json(), indent=1, sort_keys=True) + "\n"
+        path = self._path(rid)
+        atomic_write(path, text)
+        return path
+
+    def read(self, rid: str) -> ImageRecord | None:
+        try:
+            data = json.loads(self._path(rid).read_text())
+        except (OSError, ValueError):
+            return None
+        return ImageRecord.from_json(data)
+
+    def ids(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(
+            p.name[: -len(".json")]
+            for p in self.directory.glob("*.json")
+            if not p.name.endswith(".audit.json")
+        )
+
+    def all(self) -> list[ImageRecord]:
+        """Every record in the store (by id); an unreadable one is skipped."""
+        out = []
+        for rid in self.ids():
+            try:
+                record = self.read(rid)
+            except (ValueError, KeyError, TypeError):
+                continue
+            if record is not None:
+                out.append(record)
+        return out

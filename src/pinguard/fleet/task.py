@@ -1,0 +1,172 @@
+"""The fleet's one task: audit one image reference with options, leave a record, return its id.
+
+``audit_reference(reference, options)`` is what a Celery worker runs (``app.py`` registers
+it). ``options`` are JSON values the enqueuer chose (policy files, ``fail_on``, platform,
+``allow_incomplete``, ``allow_no_python``, targets, ``attest``); how the worker audits (result
+store, shared cache, layer jobs, insecure registries, attestation key) are the worker's
+``WorkerSettings``, given by ``pinguard worker`` or read from ``PINGUARD_*`` variables (a
+plain ``celery -A pinguard.fleet.app worker``). The task is idempotent: the record's name is
+a digest of reference and options and its bytes depend only on the image, the options and
+the policy, so a redelivered task (its worker killed mid-audit) rewrites the same record.
+An image that cannot be read is a record with its exit code (3), never a task failure, so
+Celery never retries what would fail again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pinguard.errors import ConfigError, PinguardError
+from pinguard.fleet.records import ImageRecord, Package, ResultStore, record_id
+from pinguard.layers.cachestore import CacheSpec, FleetKeys
+from pinguard.models import AuditResult, Severity
+
+RESULTS_ENV = "PINGUARD_RESULTS_DIR"
+CACHE_ENV = "PINGUARD_CACHE_URL"
+CACHE_SIGN_ENV = "PINGUARD_CACHE_SIGN_KEY"
+CACHE_TRUST_ENV = "PINGUARD_CACHE_TRUST"  # os.pathsep-separated public keys
+ATTEST_KEY_ENV = "PINGUARD_ATTEST_KEY"
+JOBS_ENV = "PINGUARD_JOBS"
+
+FAIL_ON = {"error": Severity.ERROR, "warning": Severity.WARNING, "info": Severity.INFO}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker audits, whoever enqueued the task."""
+
+    results: Path
+    cache: CacheSpec | None = None
+    jobs: int = 1
+    insecure_registries: tuple[str, ...] = ()
+    attest_key: Path | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
+        env = os.environ if env is None else env
+        results = env.get(RESULTS_ENV)
+        if not results:
+            raise ConfigError(f"the worker has no result store: set {RESULTS_ENV}")
+        cache = None
+        if env.get(CACHE_ENV):
+            trusted = tuple(Path(p) for p in env.get(CACHE_TRUST_ENV, "").split(os.pathsep) if p)
+            sign = env.get(CACHE_SIGN_ENV)
+            cache = CacheSpec(env[CACHE_ENV], FleetKeys(Path(sign) if sign else None, trusted))
+        attest = env.get(ATTEST_KEY_ENV)
+        return cls(
+            results=Path(results),
+            cache=cache,
+            jobs=int(env.get(JOBS_ENV, "1") or 1),
+            attest_key=Path(attest) if attest else None,
+        )
+
+
+_SETTINGS: WorkerSettings | None = None
+
+
+def configure(settings: WorkerSettings | None) -> None:
+    """Set this worker process's settings (``pinguard worker``; prefork children inherit)."""
+    global _SETTINGS  # noqa: PLW0603 - one worker process, one configuration
+    _SETTINGS = settings
+
+
+def settings() -> WorkerSettings:
+    return _SETTINGS if _SETTINGS is not None else WorkerSettings.from_env()
+
+
+def _packages(result: AuditResult) -> tuple[Package, ...]:
+    return tuple(
+        sorted(
+            Package(env.path, str(d.name), d.raw_version)
+            for env in result.final.environments
+            for d in env.distributions
+        )
+    )
+
+
+def _platform(result: AuditResult) -> str | None:
+    p = result.image.platform
+    return str(p) if p is not None else None
+
+
+def audit_reference(reference: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Audit ``reference``; write its record; return ``{"id", "exit_code", "verdict"}``."""
+    from pinguard.audit.pipeline import AuditOptions, audit_image
+    from pinguard.policy.engine import evaluate
+    from pinguard.policy.load import load_run_policy
+    from pinguard.report import json as json_report
+    from pinguard.report.options import RenderOptions
+    from pinguard.sources.interface import SourceOptions
+    from pinguard.target import parse_platform
+
+    conf = settings()
+    store = ResultStore(conf.results)
+    rid = record_id(reference, options)
+    fail_on = FAIL_ON.get(str(options.get("fail_on", "error")))
+    allow_incomplete = bool(options.get("allow_incomplete", False))
+    allow_no_python = bool(options.get("allow_no_python", False))
+    report: str | None = None
+    try:
+        platform = options.get("platform")
+        audit_options = AuditOptions(
+            source=SourceOptions(
+                platform=parse_platform(platform) if platform else None,
+                insecure_registries=conf.insecure_registries,
+            ),
+            shared_cache=conf.cache,
+            jobs=conf.jobs,
+        )
+        policy = load_run_policy([str(p) for p in options.get("policy", ())])
+        result = audit_image(reference, options=audit_options)
+        findings = evaluate(
+            result, policy, targets=tuple(options.get("targets", ())), today=_dt.date.today()
+        )
+        result = replace(result, findings=findings, policy=policy.source)
+        verdict = result.verdict(fail_on, allow_incomplete, allow_no_python)
+        attestation = None
+        if options.get("attest") and conf.attest_key is not None:
+            from pinguard.fleet.attest import attest_result
+
+            attestation = attest_result(
+                result,
+                policy,
+                conf.attest_key,
+                reference,
+                fail_on=fail_on,
+                allow_incomplete=allow_incomplete,
+                allow_no_python=allow_no_python,
+                insecure_registries=conf.insecure_registries,
+            )
+        unwaived = [f for f in result.findings if not f.waived]
+        record = ImageRecord(
+            reference=reference,
+            verdict=verdict,
+            exit_code=0 if verdict == "pass" else 1,
+            manifest_digest=result.image.manifest_digest,
+            platform=_platform(result),
+            notes=tuple(result.notes),
+            packages=_packages(result),
+            errors=sum(f.severity == Severity.ERROR for f in unwaived),
+            warnings=sum(f.severity == Severity.WARNING for f in unwaived),
+            incomplete=len(result.incomplete),
+            attestation=attestation,
+        )
+        report = json_report.render(
+            result,
+            RenderOptions(
+                fail_on=fail_on,
+                allow_incomplete=allow_incomplete,
+                allow_no_python=allow_no_python,
+            ),
+        )
+    except PinguardError as exc:
+        record = ImageRecord(
+            reference=reference, verdict="error", exit_code=exc.exit_code, error=str(exc)
+        )
+    store.write(rid, record, report)
+    return {"id": rid, "exit_code": record.exit_code, "verdict": record.verdict}

@@ -1,0 +1,289 @@
+"""Where per-layer analyses are kept: the cache interface, shared backends and their entries.
+
+``LayerStore`` is what the pipeline reads and writes (``get(digest)``, ``put(analysis)``,
+``report()``); ``pinguard.layers.cache.LayerCache`` (a directory) is one, and
+``VerifiedCache`` is the other: a store over any ``CacheBackend`` (bytes by name: Redis in
+``pinguard.layers.rediscache``, a registry repository in ``pinguard.layers.registrycache``)
+shared by many hosts. A shared store cannot trust what it reads, so every entry carries the
+layer digest, the full cache key (which covers the analyzers' names, versions, options and
+code) and the analyzers' ``name=version`` list, plus the sha256 of its own canonical JSON;
+with a fleet key it is also a DSSE envelope signed with ECDSA P-256 (``pinguard.attest``).
+On read each of these is checked against what the reader expects, and with trusted keys an
+entry that is unsigned or signed by another key is refused, so a writer without the key
+cannot poison what others trust. A refused entry (truncated, altered, foreign, for another
+layer or key) is a miss, reported in ``report()``, never used; a backend that cannot be
+reached is reported once and the audit goes on without it. Stores are pickled into the
+pipeline's worker processes, so they hold settings and open connections lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pinguard.layers.analysis import LayerAnalysis
+
+ENTRY_FORMAT = "pinguard/layer-cache-entry/1"
+ENTRY_PAYLOAD_TYPE = "application/vnd.pinguard.layer-cache-entry+json"
+MAX_ENTRY_BYTES = 64 << 20
+
+
+class CacheUnavailable(Exception):
+    """A backend could not be reached or answered an error (caught in this module)."""
+
+
+class LayerStore(Protocol):
+    """A per-layer analysis cache as the pipeline uses it."""
+
+    def get(self, digest: str) -> LayerAnalysis | None: ...
+    def put(self, analysis: LayerAnalysis) -> None: ...
+    def report(self) -> tuple[str, ...]: ...
+
+
+class CacheBackend(Protocol):
+    """Bytes by name in some shared place; raises ``CacheUnavailable`` when unreachable and
+    may raise ``EntryRejected`` when what it holds under a name is no entry at all."""
+
+    def describe(self) -> str: ...
+    def load(self, name: str) -> bytes | None: ...
+    def save(self, name: str, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FleetKeys:
+    """The fleet key material: a signing key (PEM file) for writers, trusted public keys
+    (PEM files) for readers. With no trusted keys, unsigned entries are accepted (their
+    digests are still checked); with any, only entries one of them signed are."""
+
+    signing_key: Path | None = None
+    trusted: tuple[Path, ...] = ()
+
+
+def entry_name(digest: str, key: str) -> str:
+    """``<algo>-<hex>.<key>``: a name valid as a Redis key part and as an OCI tag."""
+    algo, _, hexpart = digest.partition(":")
+    if not hexpart or not hexpart.isalnum() or not algo.isalnum():
+        raise ValueError(f"not a digest: {digest!r}")
+    return f"{algo}-{hexpart}.{key}"
+
+
+def _canonical(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def encode_entry(analysis: LayerAnalysis, key: str, analyzers: Sequence[str]) -> bytes:
+    """An entry's unsigned bytes: canonical JSON with its own ``content`` digest."""
+    body: dict[str, Any] = {
+        "format": ENTRY_FORMAT,
+        "layer": analysis.digest,
+        "key": key,
+        "analyzers": sorted(analyzers),
+        "analysis": analysis.to_json(),
+    }
+    body["content"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+    return _canonical(body)
+
+
+class EntryRejected(Exception):
+    """Why an entry read from a shared backend is not used (the message says)."""
+
+
+def decode_entry(
+    data: bytes, digest: str, key: str, analyzers: Sequence[str], trusted: Sequence[Any] = ()
+) -> LayerAnalysis:
+    """The analysis in ``data`` when every check passes; else ``EntryRejected``."""
+    from pinguard.attest import dsse
+    from pinguard.errors import EnvelopeError
+
+    if len(data) > MAX_ENTRY_BYTES:
+        raise EntryRejected(f"larger than {MAX_ENTRY_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EntryRejected(f"not JSON (truncated?): {exc}") from None
+    if not isinstance(doc, dict):
+        raise EntryRejected("not a JSON object")
+    signed = "payloadType" in doc
+    if signed:
+        try:
+            envelope = dsse.parse(data)
+        except EnvelopeError as exc:
+            raise EntryRejected(f"bad envelope: {exc}") from None
+        if envelope.payload_type != ENTRY_PAYLOAD_TYPE:
+            raise EntryRejected(f"envelope payload type is {envelope.payload_type!r}")
+        if trusted:
+            errors = []
+            for public in trusted:
+                try:
+                    dsse.verify(envelope, public)
+                    break
+                except EnvelopeError as exc:
+                    errors.append(str(exc))
+            else:
+                raise EntryRejected(f"not signed by a trusted fleet key ({errors[0]})")
+        try:
+            doc = json.loads(envelope.payload)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EntryRejected(f"envelope payload is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise EntryRejected("envelope payload is not a JSON object")
+    elif trusted:
+        raise EntryRejected("unsigned, and this reader trusts only fleet-signed entries")
+    content = doc.pop("content", None)
+    if content != "sha256:" + hashlib.sha256(_canonical(doc)).hexdigest():
+        raise EntryRejected("its content digest does not match its bytes (altered)")
+    if doc.get("format") != ENTRY_FORMAT:
+        raise EntryRejected(f"format {doc.get('format')!r}, expected {ENTRY_FORMAT!r}")
+    if doc.get("layer") != digest:
+        raise EntryRejected(f"it is for layer {doc.get('layer')!r}")
+    if doc.get("key") != key:
+        raise EntryRejected(f"it is for cache key {doc.get('key')!r}, expected {key!r}")
+    if doc.get("analyzers") != sorted(analyzers):
+        raise EntryRejected(f"its analyzers are {doc.get('analyzers')!r}")
+    try:
+        analysis = LayerAnalysis.from_json(doc["analysis"])
+    except (ValueError, KeyError, TypeError, AssertionError, AttributeError) as exc:
+        raise EntryRejected(f"its analysis does not parse: {exc!r:.80}") from None
+    if analysis.digest != digest:
+        raise EntryRejected(f"its analysis is of layer {analysis.digest!r}")
+    return analysis
+
+
+class VerifiedCache:
+    """A ``LayerStore`` over a shared ``CacheBackend``: entries signed (with a fleet signing
+    key) on write and verified on read. Picklable: keys and connections load lazily."""
+
+    def __init__(
+        self,
+        backend: CacheBackend,
+        key: str,
+        analyzers: tuple[str, ...],
+        keys: FleetKeys = FleetKeys(),
+    ) -> None:
+        self.backend = backend
+        self.key = key
+        self.analyzers = analyzers
+        self.keys = keys
+        self._notes: list[str] = []
+        self._down = False
+        self._signer: Any = None
+        self._trusted: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_signer"] = None
+        state["_trusted"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _trusted_keys(self) -> list[Any]:
+        if self._trusted is None:
+            from pinguard.attest.keys import load_public_key
+
+            self._trusted = [load_public_key(p) for p in self.keys.trusted]
+        return list(self._trusted)
+
+    def _signing_key(self) -> Any:
+        if self._signer is None and self.keys.signing_key is not None:
+            from pinguard.attest.keys import load_private_key
+
+            self._signer = load_private_key(self.keys.signing_key)
+        return self._signer
+
+    def check_keys(self) -> None:
+        """Load the key files now, so a bad one is a ``KeyFileError`` before any audit."""
+        self._trusted_keys()
+        self._signing_key()
+
+    def _unavailable(self, exc: CacheUnavailable) -> None:
+        if not self._down:
+            self._notes.append(
+                f"layer cache {self.backend.describe()} unavailable ({exc}): audited without "
+                "the shared cache"
+            )
+        self._down = True
+
+    def get(self, digest: str) -> LayerAnalysis | None:
+        if self._down:
+            return None
+        name = entry_name(digest, self.key)
+        try:
+            data = self.backend.load(name)
+            if data is None:
+                return None
+            return decode_entry(data, digest, self.key, self.analyzers, self._trusted_keys())
+        except CacheUnavailable as exc:
+            self._unavailable(exc)
+            return None
+        except EntryRejected as exc:
+            self._notes.append(
+                f"layer cache {self.backend.describe()}: rejected the entry for {digest} "
+                f"({exc}); the layer was analysed instead"
+            )
+            return None
+
+    def put(self, analysis: LayerAnalysis) -> None:
+        if self._down:
+            return
+        data = encode_entry(analysis, self.key, self.analyzers)
+        signer = self._signing_key()
+        if signer is not None:
+            from pinguard.attest import dsse
+
+            data = dsse.sign(data, signer, ENTRY_PAYLOAD_TYPE).to_json().encode("utf-8")
+        try:
+            self.backend.save(entry_name(analysis.digest, self.key), data)
+        except CacheUnavailable as exc:
+            self._unavailable(exc)
+
+    def report(self) -> tuple[str, ...]:
+        return tuple(self._notes)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """A shared cache as configured (``--cache URL``): picklable, opened per audit.
+
+    ``url``: ``redis://[:PASSWORD@]HOST:PORT/DB`` or ``rediss://`` (TLS), or
+    ``registry://HOST/REPO`` (a cache repository). ``ttl``: seconds an entry lives (Redis;
+    0: forever). TLS files and the password (else ``$PINGUARD_CACHE_PASSWORD``) for Redis;
+    ``insecure`` allows plain HTTP to a registry cache."""
+
+    url: str
+    keys: FleetKeys = FleetKeys()
+    ttl: int = 0
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure: tuple[str, ...] = ()
+
+    def backend(self) -> CacheBackend:
+        from pinguard.errors import UsageError
+
+        if self.url.startswith("registry://"):
+            from pinguard.layers.registrycache import RegistryBackend
+
+            return RegistryBackend(self.url[len("registry://") :], insecure=self.insecure)
+        if self.url.startswith(("redis://", "rediss://", "unix://")):
+            from pinguard.layers.rediscache import RedisBackend
+
+            return RedisBackend(
+                self.url,
+                ttl=self.ttl,
+                tls_ca=self.tls_ca,
+                tls_cert=self.tls_cert,
+                tls_key=self.tls_key,
+            )
+        raise UsageError(
+            f"--cache {self.url!r}: expected redis://HOST:PORT/DB, rediss://... (TLS) or "
+            "registry://HOST/REPO"
+        )
+
+    def open(self, key: str, analyzers: Sequence[str]) -> VerifiedCache:
+        return VerifiedCache(self.backend(), key, tuple(sorted(analyzers)), self.keys)

@@ -1,0 +1,199 @@
+"""Audit on push: a real ``docker-registry`` notifies ``pinguard fleet receive``, a real worker
+audits what was pushed, attaches a signed attestation, and ``pinguard verify`` sees it.
+
+The receiver runs as its own process; the registry's config has a
+``notifications.endpoints`` entry with the bearer token header, as docs/fleet.md shows. The
+attestation the worker attaches is itself a push (a ``sha256-<hex>`` tag), which the
+receiver must ignore rather than audit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pinguard.cli import main
+from pinguard.fleet.records import ResultStore
+from pinguard.testing.demo import write_oci_archive
+from tests.infra.fleet import fleet_layers, start_worker
+from tests.infra.redis import RedisServer
+from tests.infra.registry import free_port, running_registry
+from tests.infra.tools import require_tool
+
+TOKEN = "push-token-0123456789abcdef"
+
+
+@dataclass
+class ReceiverProcess:
+    process: subprocess.Popen[bytes]
+    log: Path
+    address: str
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.text())
+            if match:
+                return match.group(0)
+            time.sleep(0.1)
+        raise AssertionError(f"receiver never logged {pattern!r}:\n{self.text()}")
+
+
+def start_receiver(tmp_path: Path, broker_url: str) -> ReceiverProcess:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    log = tmp_path / "receiver.log"
+    policy = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
+    cmd = [sys.executable, "-m", "pinguard", "fleet", "receive", "--listen", "127.0.0.1:0"]
+    cmd += ["--token-file", str(token), "--broker", broker_url, "--attest"]
+    cmd += ["--policy", str(policy)]  # the registry: the host in each event's target URL
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    rec = ReceiverProcess(process, log, "")
+    try:
+        rec.address = rec.wait_for(r"listening on (\S+)").split()[-1]
+    except AssertionError:
+        process.kill()
+        raise
+    return rec
+
+
+@pytest.fixture
+def receiver(tmp_path: Path, broker: RedisServer) -> Iterator[ReceiverProcess]:
+    rec = start_receiver(tmp_path, broker.url())
+    try:
+        yield rec
+    finally:
+        rec.process.terminate()
+        rec.process.wait(timeout=10)
+
+
+def push_event(tag: str, digest: str = "sha256:" + "ab" * 32) -> bytes:
+    target = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "repository": "team/serve",
+        "digest": digest,
+        "tag": tag,
+        "url": f"http://127.0.0.1:5000/v2/team/serve/manifests/{digest}",
+    }
+    return json.dumps({"events": [{"action": "push", "target": target}]}).encode()
+
+
+def post(address: str, body: bytes) -> int:
+    request = urllib.request.Request(
+        f"http://{address}/events",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_broker_down_answers_503_so_the_registry_retries(tmp_path: Path) -> None:
+    rec = start_receiver(tmp_path, f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        assert post(rec.address, push_event("sha256-" + "cd" * 32)) == 200  # nothing to send
+        assert post(rec.address, push_event("1.0")) == 503
+    finally:
+        rec.process.terminate()
+        rec.process.wait(timeout=10)
+    assert "enqueued" not in rec.text()
+
+
+def test_receive_rejects_a_request_without_the_token(receiver: ReceiverProcess) -> None:
+    request = urllib.request.Request(
+        f"http://{receiver.address}/events", data=b'{"events": []}', method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)
+    assert info.value.code == 401
+    request.add_header("Authorization", "Bearer " + TOKEN[:-1] + "x")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)
+    assert info.value.code == 401
+    request = urllib.request.Request(
+        f"http://{receiver.address}/events",
+        data=b"[1, 2]",
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)
+    assert info.value.code == 400
+
+
+def notifications(receiver: ReceiverProcess) -> str:
+    return (
+        "notifications:\n"
+        "  endpoints:\n"
+        "    - name: pinguard\n"
+        f"      url: http://{receiver.address}/events\n"
+        "      headers:\n"
+        f"        Authorization: [Bearer {TOKEN}]\n"
+        "      timeout: 5s\n"
+        "      threshold: 3\n"
+        "      backoff: 1s\n"
+    )
+
+
+def test_a_push_is_audited_attested_and_verified(
+    tmp_path: Path,
+    broker: RedisServer,
+    receiver: ReceiverProcess,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    openssl = require_tool("openssl")
+    key, pub = tmp_path / "attest.pem", tmp_path / "attest.pub"
+    genpkey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    subprocess.run([openssl, *genpkey, "-out", str(key)], check=True, capture_output=True)
+    subprocess.run(
+        [openssl, "pkey", "-in", str(key), "-pubout", "-out", str(pub)],
+        check=True,
+        capture_output=True,
+    )
+    results = tmp_path / "results"
+    worker = start_worker(tmp_path / "w", broker.url(), results, "--attest-key", str(key))
+    archive = tmp_path / "serve.tar"
+    digest = write_oci_archive(fleet_layers("2.11.0+cu130", "2.30.3"), archive, tag="t")
+    try:
+        with running_registry(
+            tmp_path / "registry", extra_config=notifications(receiver)
+        ) as registry:
+            registry.push(f"oci-archive:{archive}:t", "team/serve:1.0")
+            ref = f"docker://{registry.address}/team/serve@{digest}"
+            receiver.wait_for(re.escape(f"enqueued {ref} (pushed as team/serve:1.0@{digest})"))
+            store = ResultStore(results)
+            deadline = time.monotonic() + 120
+            while not store.ids() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            # the attestation the worker attached is a push too: ignored, not audited
+            receiver.wait_for(r"ignored team/serve:sha256-[0-9a-f]{64}\S*: a referrers tag")
+            [record] = store.all()
+            assert record.reference == ref
+            assert record.verdict == "pass", (record, worker.text()[-3000:])
+            assert record.manifest_digest == digest
+            assert record.attestation is not None
+            capsys.readouterr()
+            tagged = f"docker://{registry.address}/team/serve:1.0"
+            assert main(["verify", tagged, "--key", str(pub), "-f", "json"]) == 0
+            assert record.attestation in capsys.readouterr().out
+            assert len(store.ids()) == 1
+    finally:
+        worker.stop()
