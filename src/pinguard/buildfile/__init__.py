@@ -1,1 +1,3 @@
-"""Builds: Dockerfile parsing, pip/uv command lines, lint rules and the in-build guard."""
+"""Build files read as data: Dockerfile parsing, shell words, pip/uv command lines, image
+history entries and the lint rules over them. Parsers only: nothing here audits an image
+(the in-build guard that does is `pinguard.guard`)."""

@@ -26,7 +26,7 @@ from pinguard.models import AuditResult, Finding, ImageInfo, Incomplete, Snapsho
 from pinguard.report.options import RenderOptions
 
 if TYPE_CHECKING:
-    from pinguard.build.lint import LintFinding
+    from pinguard.buildfile.lint import LintFinding
 
 FORMATS = ("table", "json")
 
@@ -61,8 +61,8 @@ def _lint_finding(item: LintFinding) -> Finding:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.build.dockerfile import parse_file
-    from pinguard.build.lint import lint
+    from pinguard.buildfile.dockerfile import parse_file
+    from pinguard.buildfile.lint import lint
     from pinguard.cli.common import FAIL_ON, build_args, judge, run_audit
     from pinguard.fileio import atomic_write
     from pinguard.policy.effective import effective_policy

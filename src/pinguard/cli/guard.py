@@ -2,7 +2,7 @@
 
 Run after each install step (``RUN pip install ... && python3 /opt/pinguard.pyz guard``): the
 guard compares the image's Python environments with the state the previous guard call
-recorded (see `pinguard.build.guard`), applies the policy (``--policy`` files, else a discovered
+recorded (see `pinguard.guard`), applies the policy (``--policy`` files, else a discovered
 ``pinguard.toml``, else the built-in default) and prints plain lines made for build logs:
 what this step changed and why, the requirements it left unmet, every finding and one
 verdict line. Exit codes: 0 pass, 1 findings at or above ``--fail-on`` (the RUN step fails),
@@ -24,8 +24,8 @@ PREFIX = "pinguard guard:"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pinguard.build.guard import DEFAULT_STATE, UPDATE_MODES
     from pinguard.cli.common import add_policy_options
+    from pinguard.guard import DEFAULT_STATE, UPDATE_MODES
 
     p = sub.add_parser(
         "guard",
@@ -133,8 +133,8 @@ def render_text(
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.build.guard import run_guard
     from pinguard.cli.common import FAIL_ON
+    from pinguard.guard import run_guard
     from pinguard.policy.load import load_run_policy
 
     policy = load_run_policy(args.policy)

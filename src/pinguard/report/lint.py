@@ -1,6 +1,6 @@
 """The reports of ``pinguard lint``: a table, the ``pinguard/lint/v1`` JSON document, SARIF.
 
-``pinguard.build.lint`` only produces ``LintFinding`` values; this module turns them (and the
+``pinguard.buildfile.lint`` only produces ``LintFinding`` values; this module turns them (and the
 files that could not be read, as ``(path, message)`` pairs) into text. ``LINT_FORMATS`` maps
 each ``--format`` name to its renderer; every renderer sorts, so two runs give the same bytes.
 The SARIF log is built by ``pinguard.report.sarif``, the one SARIF builder.
@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from pinguard.build.lint import LintFinding
+from pinguard.buildfile.lint import LintFinding
 from pinguard.models import Severity
 from pinguard.report import sarif
 
