@@ -13,7 +13,7 @@ from pinguard.buildfile.dockerfile import parse
 from pinguard.buildfile.lint import find_installs, lint
 from pinguard.cli import main
 from pinguard.models import Severity
-from pinguard.report.lint import render
+from pinguard.report.formats import render_lint as render
 
 C = "-c /c.txt"
 

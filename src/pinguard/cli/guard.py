@@ -19,13 +19,13 @@ from typing import TextIO
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS
 from pinguard.models import AuditResult, ChangeKind, Finding
 
-FORMATS = ("table", "json")
 PREFIX = "pinguard guard:"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pinguard.cli.common import add_policy_options
     from pinguard.guard import DEFAULT_STATE, UPDATE_MODES
+    from pinguard.report.formats import VERDICT_FORMATS
 
     p = sub.add_parser(
         "guard",
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="pass",
         help="when to record the state: pass (default), always (accept what is there), never",
     )
-    p.add_argument("-f", "--format", choices=FORMATS, default="table")
+    p.add_argument("-f", "--format", choices=VERDICT_FORMATS, default="table")
     add_policy_options(p)
     p.set_defaults(func=run)
 

@@ -24,7 +24,7 @@ from pinguard.cli.common import (
     write_output,
 )
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
-from pinguard.report.lint import LINT_FORMATS
+from pinguard.report.formats import LINT_FORMATS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

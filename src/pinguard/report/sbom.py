@@ -41,6 +41,7 @@ from pinguard.models import (
 )
 from pinguard.report.summary import policy_pairs
 from pinguard.report.why import reasons
+from pinguard.sources import image_name
 from pinguard.target import marker_environment, parse_requirement
 
 TOOL = "pinguard"
@@ -153,23 +154,6 @@ class SbomFacts:
     @property
     def all_refs(self) -> tuple[str, ...]:
         return tuple(p.ref for p in self.python) + tuple(d.ref for d in self.debs)
-
-
-def image_name(reference: str) -> str:
-    """``docker://reg/repo:tag`` -> ``reg/repo``; ``oci-archive:x.tar:tag`` -> ``x.tar``."""
-    text = reference
-    for transport in ("docker://", "docker-daemon:", "docker-archive:", "oci-archive:", "oci:"):
-        if text.startswith(transport):
-            text = text[len(transport) :]
-            break
-    else:
-        if text.startswith("dir:"):
-            return text[4:] or "."
-    text = text.split("@", 1)[0]
-    last = text.rsplit("/", 1)[-1]
-    if ":" in last:
-        text = text[: len(text) - len(last)] + last.split(":", 1)[0]
-    return text or reference
 
 
 def _hex(value: str) -> str | None:

@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import quote
 
 from pinguard.errors import ImageNotFound, SourceError
-from pinguard.sources.registry import OCI_INDEX, OCI_MANIFEST, RegistrySource
+from pinguard.sources.mediatypes import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from pinguard.sources.registry import RegistrySource
 
-OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB = b"{}"
 EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
 VIA_API = "referrers-api"

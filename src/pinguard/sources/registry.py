@@ -55,18 +55,11 @@ from pinguard.sources.manifest import (
     sha256_digest,
     verify_bytes,
 )
+from pinguard.sources.mediatypes import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST
 from pinguard.sources.reference import DockerReference, parse_reference
 from pinguard.target import host_platform, platform_matches
 
 log = logging.getLogger(__name__)
-
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
-MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
-ACCEPT = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 64 * 1024 * 1024
