@@ -27,7 +27,11 @@ from pinguard.models import Snapshot
 #: Every analyzer pinguard runs, in the order their results appear.
 #: The native analyzer comes last: it joins its libraries to the distributions and packages
 #: the others contributed.
-ANALYZERS: tuple[type[Analyzer], ...] = (PythonAnalyzer, DpkgAnalyzer, NativeAnalyzer)
+ANALYZERS: tuple[type[Analyzer], ...] = (
+    PythonAnalyzer,
+    DpkgAnalyzer,
+    NativeAnalyzer,
+)
 
 
 class _FanOut:
@@ -116,4 +120,7 @@ class Catalog:
             incomplete=tuple(parts.incomplete),
             native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
             os_release=parts.os_release,
+            packages=tuple(
+                sorted(parts.packages, key=lambda p: (p.kind, p.owner or "", p.name, p.location))
+            ),
         )
