@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
 from pinguard.catalog.native import NativeAnalyzer
@@ -30,6 +31,7 @@ from pinguard.models import Snapshot
 ANALYZERS: tuple[type[Analyzer], ...] = (
     PythonAnalyzer,
     DpkgAnalyzer,
+    CondaAnalyzer,
     NativeAnalyzer,
 )
 
