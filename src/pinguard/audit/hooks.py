@@ -12,9 +12,8 @@ hook today.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from pinguard.audit.loader import LoaderConfig, attach_native, image_env
 from pinguard.audit.state import State
@@ -37,18 +36,9 @@ class ImageFacts:
         return cls(image_env(resolved.config), machine)
 
 
-class PostStateHook(Protocol):
-    """One hook: the snapshot of ``state`` completed with what it finds."""
-
-    def __call__(
-        self,
-        snap: Snapshot,
-        previous: Snapshot,
-        layer: str,
-        streamed: Iterable[str],
-        state: State,
-        image: ImageFacts,
-    ) -> Snapshot: ...
+#: One hook: (snapshot, the one before, layer digest, paths the layer streamed, the state,
+#: the image's facts) -> the snapshot completed with what it finds.
+PostStateHook = Callable[[Snapshot, Snapshot, str, Iterable[str], State, ImageFacts], Snapshot]
 
 
 def native_loader(
