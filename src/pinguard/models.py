@@ -155,7 +155,7 @@ class Package:
         """Unique within a state: the kind and the record's path."""
         return f"{self.kind}:{self.location}"
 
-    def property(self, key: str) -> str | None:
+    def value_of(self, key: str) -> str | None:
         """One property's value, None when absent."""
         return dict(self.properties).get(key)
 

@@ -70,9 +70,9 @@ def test_records_become_packages_owned_by_their_prefix(tmp_path: Path) -> None:
         zlib.purl
         == "pkg:conda/zlib@1.2.11?build=h90dfc92_1014&channel=conda-forge&subdir=osx-arm64"
     )
-    assert zlib.property("license") == "Zlib"
-    assert zlib.property("build_number") == "1014"
-    assert zlib.property("sha256") == (
+    assert zlib.value_of("license") == "Zlib"
+    assert zlib.value_of("build_number") == "1014"
+    assert zlib.value_of("sha256") == (
         "a70c028fd3b9af1d7ea3d7099d810f3d2588096237bb472db331a51a36f931c0"
     )
     assert result.incomplete == ()
