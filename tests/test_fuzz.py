@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pinguard.audit.state import State
-from pinguard.build.dockerfile import parse as parse_dockerfile
+from pinguard.buildfile.dockerfile import parse as parse_dockerfile
 from pinguard.catalog.interface import AnalyzerOptions
 from pinguard.catalog.python import parse_distribution
 from pinguard.catalog.registry import Analyzers

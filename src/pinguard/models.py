@@ -66,10 +66,15 @@ class Platform:
 
 @dataclass(frozen=True, slots=True)
 class Incomplete:
-    """Something pinguard could not read; a gate never passes while one exists."""
+    """Something pinguard could not read; a gate never passes while one exists.
+
+    ``final_only``: a hole in the image as it ships (metadata no environment reaches), so the
+    audit takes it from the final state rather than from the step that made it; the analyzer
+    that finds it says so, and the pipeline needs to know no analyzer to honour it."""
 
     what: str
     why: str
+    final_only: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,36 @@ class DebPackage:
     name: str
     version: str
     architecture: str
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """One installed package of any kind, as every consumer reads it: the generic record.
+
+    An analyzer whose facts need no typed fields of their own (conda, ...) contributes these;
+    the JSON report, the SBOMs, the HTML report and the policy engine read them without
+    knowing the analyzer. ``kind`` names the ecosystem (the analyzer's ``name``), ``location``
+    is the file its record was read from, ``owner`` what it belongs to (an environment or
+    prefix; None: the image), ``purl`` its package URL when the kind has a purl type, and
+    ``properties`` every other fact as sorted ``(name, value)`` pairs.
+    """
+
+    kind: str
+    name: str
+    version: str
+    location: str
+    owner: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()
+    purl: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """Unique within a state: the kind and the record's path."""
+        return f"{self.kind}:{self.location}"
+
+    def value_of(self, key: str) -> str | None:
+        """One property's value, None when absent."""
+        return dict(self.properties).get(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +223,7 @@ class Snapshot:
     native: tuple[NativeLibrary, ...] = ()  # sorted by path
     resolutions: tuple[Resolution, ...] = ()  # sorted by consumer, then NEEDED order
     os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
+    packages: tuple[Package, ...] = ()  # generic records, sorted by (kind, owner, name, location)
 
     def os_field(self, key: str) -> str | None:
         """One os-release value (``ID``, ``VERSION_ID``, ...), None when absent."""
@@ -198,6 +234,10 @@ class Snapshot:
             if env.path == path:
                 return env
         return None
+
+    def packages_of(self, kind: str) -> tuple[Package, ...]:
+        """The generic records of one kind (``"conda"``, ...): a typed view for a rule."""
+        return tuple(p for p in self.packages if p.kind == kind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,11 @@ import jsonschema
 import pytest
 
 from pinguard.attest import dsse
+from pinguard.attest import render as report
 from pinguard.attest.keys import load_private_key, load_public_key
 from pinguard.attest.statement import PREDICATE_TYPE
 from pinguard.attest.store import Candidate
 from pinguard.attest.verify import Demands, check_envelope, verify
-from pinguard.report import verify as report
 from tests.attest.conftest import Keys
 
 IMAGE = "sha256:" + "1f" * 32

@@ -163,14 +163,16 @@ def _pyelftools(data: bytes) -> Dynamic:
     rpath: list[str] = []
     runpath: list[str] = []
     for tag in seg.iter_tags():
-        if tag.entry.d_tag == "DT_NEEDED":
-            needed.append(tag.needed)
-        elif tag.entry.d_tag == "DT_SONAME":
-            soname = tag.soname
-        elif tag.entry.d_tag == "DT_RPATH":
-            rpath += [p for p in tag.rpath.split(":") if p]
-        elif tag.entry.d_tag == "DT_RUNPATH":
-            runpath += [p for p in tag.runpath.split(":") if p]
+        kind = tag.entry.d_tag
+        # pyelftools sets the decoded string as an attribute named after the tag
+        if kind == "DT_NEEDED":
+            needed.append(str(getattr(tag, "needed")))  # noqa: B009
+        elif kind == "DT_SONAME":
+            soname = str(getattr(tag, "soname"))  # noqa: B009
+        elif kind == "DT_RPATH":
+            rpath += [p for p in str(getattr(tag, "rpath")).split(":") if p]  # noqa: B009
+        elif kind == "DT_RUNPATH":
+            runpath += [p for p in str(getattr(tag, "runpath")).split(":") if p]  # noqa: B009
     return Dynamic(soname, tuple(needed), tuple(rpath), tuple(runpath))
 
 

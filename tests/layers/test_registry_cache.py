@@ -11,8 +11,10 @@ import pytest
 
 from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.layers.registrycache import ARTIFACT_TYPE, ENTRY_MEDIA_TYPE
-from pinguard.sources.referrers import EMPTY_DIGEST, OCI_EMPTY, canonical
-from pinguard.sources.registry import OCI_MANIFEST, RegistrySource
+from pinguard.sources.mediatypes import OCI_EMPTY, OCI_MANIFEST
+from pinguard.sources.referrers import EMPTY_DIGEST, canonical
+from pinguard.sources.registry import RegistrySource
+from pinguard.sources.registry_push import push_blob, push_manifest
 from pinguard.sources.tags import list_tags
 from tests.infra.layercache import LAYERS, audit, inventory
 from tests.infra.registry import RegistryServer, free_port, running_registry
@@ -66,8 +68,8 @@ def test_a_poisoned_or_truncated_entry_is_rejected(
         (unsigned_tag, b'{"format": "pinguard/layer-cache-entry/1"}'),
         (truncated_tag, real[:100]),
     ):
-        source.push_blob(b"{}")
-        digest = source.push_blob(data)
+        push_blob(source.client, b"{}")
+        digest = push_blob(source.client, data)
         manifest = {
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
@@ -75,7 +77,7 @@ def test_a_poisoned_or_truncated_entry_is_rejected(
             "config": {"mediaType": OCI_EMPTY, "digest": EMPTY_DIGEST, "size": 2},
             "layers": [{"mediaType": ENTRY_MEDIA_TYPE, "digest": digest, "size": len(data)}],
         }
-        source.push_manifest(tag, canonical(manifest), OCI_MANIFEST)
+        push_manifest(source.client, tag, canonical(manifest), OCI_MANIFEST)
     result, cached = audit(demo, CacheSpec(url, fleet))
     assert cached == LAYERS - 2
     rejected = sorted(n for n in result.notes if "rejected the entry" in n)

@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 from pinguard.errors import UsageError
 from pinguard.models import AuditResult, Finding, Severity, Snapshot
 from pinguard.policy.effective import ForbiddenRange
+from pinguard.repair import check
 from pinguard.repair import constraints as emit
 from tests.repair.conftest import ENV, bad_result, dist
 
@@ -130,7 +131,7 @@ def test_check(tmp_path: Path, line: str, problem: str | None) -> None:
     forbidden = [
         ForbiddenRange(canonicalize_name("nvidia-nccl-cu13"), SpecifierSet("==2.29.7"), "hangs")
     ]
-    found = emit.check_constraints(path, pins=pins, forbidden=forbidden)
+    found = check.check_constraints(path, pins=pins, forbidden=forbidden)
     if problem is None:
         assert found == ()
     else:
@@ -143,7 +144,7 @@ def test_check_reads_pyproject(tmp_path: Path) -> None:
     """A pyproject's tool.uv constraint-dependencies are checked too."""
     path = tmp_path / "pyproject.toml"
     path.write_text('[tool.uv]\nconstraint-dependencies = [\n  "nvidia-nccl-cu13==2.29.7",\n]\n')
-    found = emit.check_constraints(
+    found = check.check_constraints(
         path,
         pins={},
         forbidden=[

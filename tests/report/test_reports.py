@@ -10,7 +10,7 @@ from dataclasses import replace
 import jsonschema
 import pytest
 
-from pinguard.build.history import dockerfile_step_lines
+from pinguard.buildfile.history import dockerfile_step_lines
 from pinguard.models import AuditResult, ChangeKind, Incomplete, Severity
 from pinguard.policy import evaluate, parse_policy
 from pinguard.policy.model import RULES

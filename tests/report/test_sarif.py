@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 
-from pinguard.build.dockerfile import parse
-from pinguard.build.lint import lint
+from pinguard.buildfile.dockerfile import parse
+from pinguard.buildfile.lint import lint
 from pinguard.models import Finding, Severity
 from pinguard.report import sarif
 from pinguard.report.lint import render_sarif

@@ -27,7 +27,8 @@ from pinguard.models import (
     Snapshot,
 )
 from pinguard.report import cyclonedx, spdx
-from pinguard.report.sbom import deb_purl, image_name, sbom_facts
+from pinguard.report.sbom import deb_purl, sbom_facts
+from pinguard.sources import image_name
 from tests.factories import ENV, SYSTEM, change, step
 
 NCCL = canonicalize_name("nvidia-nccl-cu13")

@@ -35,8 +35,9 @@ from pinguard.errors import (
 )
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import LayerRef, SourceOptions
+from pinguard.sources.mediatypes import OCI_INDEX, OCI_MANIFEST
 from pinguard.sources.oci import OCIArchiveSource, OCILayoutSource
-from pinguard.sources.registry import OCI_INDEX, OCI_MANIFEST, RegistrySource
+from pinguard.sources.registry import RegistrySource
 from tests.infra.registry import (
     HeaderRecorder,
     HTTPFront,

@@ -39,6 +39,7 @@ from pinguard.sources import (
     split_transport,
 )
 from pinguard.sources import manifest as mf
+from pinguard.sources import mediatypes as mt
 from pinguard.sources.daemon import DaemonSource, history_from_docker
 from pinguard.sources.rootfs import DirSource
 from pinguard.testing.images import ImageWriter, layer_tar
@@ -477,14 +478,14 @@ def make_multiplatform_layout(layout: Path, nested: bool) -> Path:
     entries = [img.manifest.to_json(platform=img.platform) for img in images]
     entries.append(dict(entries[0], platform={"os": "unknown", "architecture": "unknown"}))
     if nested:
-        index = {"schemaVersion": 2, "mediaType": mf.OCI_INDEX, "manifests": entries}
-        desc = writer.blob(json.dumps(index).encode(), mf.OCI_INDEX)
+        index = {"schemaVersion": 2, "mediaType": mt.OCI_INDEX, "manifests": entries}
+        desc = writer.blob(json.dumps(index).encode(), mt.OCI_INDEX)
         top = {
             "schemaVersion": 2,
             "manifests": [desc.to_json(annotations={mf.REF_NAME_ANNOTATION: "multi"})],
         }
     else:
-        top = {"schemaVersion": 2, "mediaType": mf.OCI_INDEX, "manifests": entries[:2]}
+        top = {"schemaVersion": 2, "mediaType": mt.OCI_INDEX, "manifests": entries[:2]}
     writer.write_layout(top)
     return layout
 

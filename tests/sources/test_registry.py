@@ -32,15 +32,10 @@ from pinguard.errors import (
 from pinguard.models import Platform
 from pinguard.sources.auth import Credentials, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, SourceOptions
+from pinguard.sources.mediatypes import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from pinguard.sources.reference import DockerReference, parse_reference
-from pinguard.sources.registry import (
-    DOCKER_MANIFEST,
-    DOCKER_MANIFEST_LIST,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    RegistrySource,
-    parse_www_authenticate,
-)
+from pinguard.sources.registry import RegistrySource
+from pinguard.sources.registry_http import parse_www_authenticate
 from pinguard.target import platform_matches
 from tests.infra.registry import (
     DEFAULT_PASSWORD,
@@ -71,9 +66,7 @@ def _read_all(source: ImageSource, layer: LayerRef, chunk: int = 7) -> bytes:
 
 def _media_type(registry: RegistryServer, repo_tag: str, auth: str | None = None) -> str:
     repo, _, tag = repo_tag.partition(":")
-    headers = {
-        "Accept": ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
-    }
+    headers = {"Accept": ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))}
     response = requests.get(
         f"{registry.url}/v2/{repo}/manifests/{tag}", headers=headers, timeout=10
     )
@@ -171,7 +164,7 @@ def test_pushed_media_types(registry: RegistryServer) -> None:
     assert _media_type(registry, "app/single:v1") == OCI_MANIFEST
     assert _media_type(registry, "app/v2s2:v1") == DOCKER_MANIFEST
     assert _media_type(registry, "app/multi:v1") == OCI_INDEX
-    assert _media_type(registry, "app/multi-v2s2:v1") == DOCKER_MANIFEST_LIST
+    assert _media_type(registry, "app/multi-v2s2:v1") == DOCKER_LIST
 
 
 def test_docker_v2_manifest(registry: RegistryServer, images: Images) -> None:

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_environments
-from pinguard.audit.loader import LoaderConfig, attach_native, image_env
+from pinguard.audit.hooks import POST_STATE, ImageFacts
 from pinguard.audit.replay import Replay, ReplayCache, replay_key
 from pinguard.audit.state import State
-from pinguard.catalog import AnalyzerOptions, Analyzers, dpkg, native, python
+from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.errors import BlobVerificationError, SourceError
 from pinguard.layers.analysis import (
     LayerAnalysis,
@@ -48,7 +48,6 @@ from pinguard.models import (
     Unmet,
 )
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
-from pinguard.target import platform_machine
 
 
 class Progress(Protocol):
@@ -386,8 +385,7 @@ def build_result(
     """Replay the analyses through the image history into steps, snapshots and diffs."""
     entries, notes = _history_steps(resolved)
     state = State(analyzers)
-    env = image_env(resolved.config)
-    machine = platform_machine(resolved.platform) if resolved.platform is not None else "x86_64"
+    image_facts = ImageFacts.of(resolved)
     previous = Snapshot()
     steps: list[Step] = []
     snapshots: list[Snapshot] = []
@@ -413,24 +411,10 @@ def build_result(
                 f"link with a new directory and leave {real!r} as it was"
             )
             incomplete.setdefault((what, why), Incomplete(what, why))
-        if snap.native or previous.native:
-            loader = LoaderConfig.of(
-                env,
-                native.parse_ld_so_conf(state.files),
-                machine=machine,
-                debian=dpkg.STATUS in state.files,
-            )
-            snap = attach_native(
-                snap,
-                previous,
-                layer.digest,
-                analysis.streamed,
-                native.state_view(state),
-                loader,
-                state.files,
-            )
+        for hook in POST_STATE:  # work over the whole state (the native loader, ...)
+            snap = hook(snap, previous, layer.digest, analysis.streamed, state, image_facts)
         for item in snap.incomplete:
-            if item.why != python.OUTSIDE:  # where nothing reaches: the final state says
+            if not item.final_only:  # where nothing reaches: the final state says
                 incomplete.setdefault((item.what, item.why), item)
         changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
         steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
@@ -440,7 +424,7 @@ def build_result(
     # through PYTHONPATH), so it is taken from the final state: files a later step links
     # into an environment were importable nowhere before, and that step shows them added.
     for item in previous.incomplete:
-        if item.why == python.OUTSIDE:
+        if item.final_only:
             incomplete.setdefault((item.what, item.why), item)
     image = ImageInfo(
         reference=resolved.reference,

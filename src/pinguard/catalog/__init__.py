@@ -3,12 +3,15 @@
 ``interface`` holds the ``Analyzer`` protocol (name, version, the paths it wants: capture,
 hash or stream, and its per-state session); ``registry`` lists the analyzers pinguard runs
 and joins them for the layer walk, the cache key and the per-state ``Catalog``; ``python``
-(dist-info, egg-info) and ``dpkg`` (the status database) are the analyzers.
+(dist-info, egg-info), ``dpkg`` (the status database), ``conda`` (conda-meta records) and
+``native`` (ELF shared objects) are the analyzers.
 
-Adding an analyzer: a module here with a frozen dataclass subclassing ``Analyzer`` (its
-fields are its options) and an ``AnalyzerSession``; list the class in
-``registry.ANALYZERS``; put what it finds on ``SnapshotParts``/``Snapshot``. Its per-layer
-results are cached with the layer, under a key that already covers its source and version.
+Adding an analyzer (docs/analyzers.md): a module here with a frozen dataclass subclassing
+``Analyzer`` (its fields are its options) and an ``AnalyzerSession`` that appends generic
+``models.Package`` records to ``SnapshotParts.packages``; list the class in
+``registry.ANALYZERS``. Its per-layer results are cached with the layer, under a key that
+already covers its source and version; the reports and the policy read its records as they
+are.
 """
 
 from __future__ import annotations

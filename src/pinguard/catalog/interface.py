@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pinguard.errors import LayerError
 from pinguard.layers.tar import MemberStream
-from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
+from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary, Package
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,7 @@ class SnapshotParts:
     incomplete: list[Incomplete] = field(default_factory=list)
     native: list[NativeLibrary] = field(default_factory=list)
     os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
+    packages: list[Package] = field(default_factory=list)  # generic records of any kind
 
 
 class AnalyzerSession(abc.ABC):

@@ -503,7 +503,7 @@ class PythonSession(AnalyzerSession):
             where = place(meta, aliases)
             if where.env is None:
                 if where.why == "outside":
-                    parts.incomplete.append(Incomplete(meta, OUTSIDE))
+                    parts.incomplete.append(Incomplete(meta, OUTSIDE, final_only=True))
                 continue
             dist, problems = self._parsed(meta, where.seen(meta), files)
             parts.incomplete.extend(problems)

@@ -5,8 +5,9 @@ adding an analyzer is one entry here plus its module in ``pinguard/catalog/``. `
 is the set configured for one run: it gives the layer walk one selector (every analyzer's
 flags, OR-ed) and one stream opener (fanning a member out to each analyzer that asked to
 stream it, keeping {analyzer name: result}), the layer cache key (see
-``pinguard.layers.cache.cache_key``: every analyzer's name, version, options and the source
-of the module defining it), and a fresh ``Catalog`` for replaying layers.
+``pinguard.layers.cache.cache_key``: the source of this package, and every analyzer's name,
+version, options and the source of the module defining it), and a fresh ``Catalog`` for
+replaying layers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
 from pinguard.catalog.native import NativeAnalyzer
@@ -26,7 +28,12 @@ from pinguard.models import Snapshot
 #: Every analyzer pinguard runs, in the order their results appear.
 #: The native analyzer comes last: it joins its libraries to the distributions and packages
 #: the others contributed.
-ANALYZERS: tuple[type[Analyzer], ...] = (PythonAnalyzer, DpkgAnalyzer, NativeAnalyzer)
+ANALYZERS: tuple[type[Analyzer], ...] = (
+    PythonAnalyzer,
+    DpkgAnalyzer,
+    CondaAnalyzer,
+    NativeAnalyzer,
+)
 
 
 class _FanOut:
@@ -87,7 +94,8 @@ class Analyzers:
 
     def key(self) -> str:
         """The layer cache key for what these analyzers keep from a layer."""
-        parts = []
+        package = sys.modules["pinguard.catalog"]  # every module of it: protocol, registry, ...
+        parts = [f"{package.__name__}={source_digest(package)}"]
         for a in self.members:
             module = sys.modules[type(a).__module__]
             parts.append(f"{a.name}={a.version};{a!r};{source_digest(module)}")
@@ -118,4 +126,7 @@ class Catalog:
             incomplete=tuple(parts.incomplete),
             native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
             os_release=parts.os_release,
+            packages=tuple(
+                sorted(parts.packages, key=lambda p: (p.kind, p.owner or "", p.name, p.location))
+            ),
         )

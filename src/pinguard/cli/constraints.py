@@ -277,12 +277,13 @@ def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out
 
 def run_check(args: argparse.Namespace, files: list[str]) -> int:
     from pinguard.policy.load import load_run_policy
+    from pinguard.repair import check
     from pinguard.repair import constraints as emit
 
     if not files:
         raise UsageError("constraints check needs at least one FILE")
     policy = effective_policy(load_run_policy(args.policy), targets=args.target)
-    problems: list[emit.CheckProblem] = []
+    problems: list[check.CheckProblem] = []
     for path in files:
         if path.lower().endswith(emit.NOT_CONSTRAINTS):
             # `constraints check constraints/*` passes the folder's README too
@@ -290,7 +291,7 @@ def run_check(args: argparse.Namespace, files: list[str]) -> int:
                 f"pinguard: skipped {path}: documentation, not a constraints file", file=sys.stderr
             )
             continue
-        problems.extend(emit.check_constraints(path, pins=policy.pins, forbidden=policy.forbidden))
+        problems.extend(check.check_constraints(path, pins=policy.pins, forbidden=policy.forbidden))
     for p in problems:
         print(f"{p.file}:{p.line}: {p.constraint}: {p.message}")
     return 1 if problems else 0

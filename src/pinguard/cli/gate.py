@@ -26,13 +26,12 @@ from pinguard.models import AuditResult, Finding, ImageInfo, Incomplete, Snapsho
 from pinguard.report.options import RenderOptions
 
 if TYPE_CHECKING:
-    from pinguard.build.lint import LintFinding
-
-FORMATS = ("table", "json")
+    from pinguard.buildfile.lint import LintFinding
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pinguard.cli.common import add_build_arg_option, add_image_options, add_policy_options
+    from pinguard.report.formats import VERDICT_FORMATS
 
     p = sub.add_parser(
         "gate",
@@ -46,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--sarif", metavar="FILE", help="write a SARIF 2.1.0 log here (atomically)")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here (atomically)")
     p.add_argument(
-        "-f", "--format", choices=FORMATS, default="table", help="what to print on stdout"
+        "-f", "--format", choices=VERDICT_FORMATS, default="table", help="what to print on stdout"
     )
     add_build_arg_option(p)
     add_image_options(p)
@@ -61,8 +60,8 @@ def _lint_finding(item: LintFinding) -> Finding:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.build.dockerfile import parse_file
-    from pinguard.build.lint import lint
+    from pinguard.buildfile.dockerfile import parse_file
+    from pinguard.buildfile.lint import lint
     from pinguard.cli.common import FAIL_ON, build_args, judge, run_audit
     from pinguard.fileio import atomic_write
     from pinguard.policy.effective import effective_policy

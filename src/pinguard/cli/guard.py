@@ -2,7 +2,7 @@
 
 Run after each install step (``RUN pip install ... && python3 /opt/pinguard.pyz guard``): the
 guard compares the image's Python environments with the state the previous guard call
-recorded (see `pinguard.build.guard`), applies the policy (``--policy`` files, else a discovered
+recorded (see `pinguard.guard`), applies the policy (``--policy`` files, else a discovered
 ``pinguard.toml``, else the built-in default) and prints plain lines made for build logs:
 what this step changed and why, the requirements it left unmet, every finding and one
 verdict line. Exit codes: 0 pass, 1 findings at or above ``--fail-on`` (the RUN step fails),
@@ -19,13 +19,13 @@ from typing import TextIO
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS
 from pinguard.models import AuditResult, ChangeKind, Finding
 
-FORMATS = ("table", "json")
 PREFIX = "pinguard guard:"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pinguard.build.guard import DEFAULT_STATE, UPDATE_MODES
     from pinguard.cli.common import add_policy_options
+    from pinguard.guard import DEFAULT_STATE, UPDATE_MODES
+    from pinguard.report.formats import VERDICT_FORMATS
 
     p = sub.add_parser(
         "guard",
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="pass",
         help="when to record the state: pass (default), always (accept what is there), never",
     )
-    p.add_argument("-f", "--format", choices=FORMATS, default="table")
+    p.add_argument("-f", "--format", choices=VERDICT_FORMATS, default="table")
     add_policy_options(p)
     p.set_defaults(func=run)
 
@@ -133,8 +133,8 @@ def render_text(
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.build.guard import run_guard
     from pinguard.cli.common import FAIL_ON
+    from pinguard.guard import run_guard
     from pinguard.policy.load import load_run_policy
 
     policy = load_run_policy(args.policy)

@@ -1,6 +1,6 @@
 """`pinguard lint DOCKERFILE...`: report pip/uv install steps that let dependencies drift.
 
-Each Dockerfile is parsed (`pinguard.build.dockerfile`) and linted (`pinguard.build.lint`);
+Each Dockerfile is parsed (`pinguard.buildfile.dockerfile`) and linted (`pinguard.buildfile.lint`);
 the policy, when one is given with ``--policy`` or found (``pinguard.toml`` /
 ``[tool.pinguard]``), supplies the pins for `upgrade-pinned` and `no-deps-repin` (those that
 apply to the ``--target`` values, see `pinguard.policy.effective`); ``--require-guard``, or
@@ -24,7 +24,7 @@ from pinguard.cli.common import (
     write_output,
 )
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
-from pinguard.report.lint import LINT_FORMATS
+from pinguard.report.formats import LINT_FORMATS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,8 +54,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.build.dockerfile import InvalidDockerfile, parse_file
-    from pinguard.build.lint import RULES, LintFinding, lint
+    from pinguard.buildfile.dockerfile import InvalidDockerfile, parse_file
+    from pinguard.buildfile.lint import RULES, LintFinding, lint
     from pinguard.policy.effective import effective_policy
     from pinguard.policy.load import load_run_policy
 

@@ -4,8 +4,8 @@ A layer's analysis never changes for a given digest and the code that produced i
 second audit of the same image reads no layer again. The key (``cache_key``) covers all of
 that code without anyone having to remember a version bump: the entry format version, a
 digest of the source of every module in ``pinguard.layers`` (verifier, inflater, tar walk,
-whiteout recording, this format) and ``pinguard.catalog`` (the analyzers, their protocol and
-registry), and the parts the analyzer registry adds (each analyzer's name, explicit version,
+whiteout recording, this format), and the parts the analyzer registry adds (the source of
+its package: the analyzers, their protocol and registry; each analyzer's name, explicit version,
 options, and the source of the module that defines it, so an analyzer living elsewhere is
 covered too). Entries are JSON files written atomically (``pinguard.fileio.atomic_write``),
 so two runs sharing a cache directory never see a half-written entry. Each entry carries
@@ -29,7 +29,8 @@ from pinguard.layers.analysis import LayerAnalysis
 FORMAT = "4"  # the JSON layout of an entry (2: "streamed"; 3: "content" digest; 4: "name_flags")
 
 #: Packages whose every module's source is part of the key: the code that makes an analysis.
-PRODUCERS = ("pinguard.layers", "pinguard.catalog")
+#: (The catalog's comes in through the registry's parts: layers/ never imports upwards.)
+PRODUCERS = ("pinguard.layers",)
 
 
 def default_cache_dir() -> Path:

@@ -55,7 +55,7 @@ class RegistryBackend:
         return self._source
 
     def load(self, name: str) -> bytes | None:
-        from pinguard.sources.registry import OCI_MANIFEST
+        from pinguard.sources.mediatypes import OCI_MANIFEST
 
         try:
             body, _, _ = self.source().manifest_bytes(name, OCI_MANIFEST)
@@ -87,13 +87,14 @@ class RegistryBackend:
             raise CacheUnavailable(str(exc)) from None
 
     def save(self, name: str, data: bytes) -> None:
-        from pinguard.sources.referrers import EMPTY_BLOB, EMPTY_DIGEST, OCI_EMPTY, canonical
-        from pinguard.sources.registry import OCI_MANIFEST
+        from pinguard.sources.mediatypes import OCI_EMPTY, OCI_MANIFEST
+        from pinguard.sources.referrers import EMPTY_BLOB, EMPTY_DIGEST, canonical
+        from pinguard.sources.registry_push import push_blob, push_manifest
 
         source = self.source()
         try:
-            source.push_blob(EMPTY_BLOB)
-            digest = source.push_blob(data)
+            push_blob(source.client, EMPTY_BLOB)
+            digest = push_blob(source.client, data)
             manifest = {
                 "schemaVersion": 2,
                 "mediaType": OCI_MANIFEST,
@@ -101,6 +102,6 @@ class RegistryBackend:
                 "config": {"mediaType": OCI_EMPTY, "digest": EMPTY_DIGEST, "size": 2},
                 "layers": [{"mediaType": ENTRY_MEDIA_TYPE, "digest": digest, "size": len(data)}],
             }
-            source.push_manifest(name, canonical(manifest), OCI_MANIFEST)
+            push_manifest(source.client, name, canonical(manifest), OCI_MANIFEST)
         except SourceError as exc:
             raise CacheUnavailable(str(exc)) from None

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from pinguard.models import (
     AuditResult,
     ChangeKind,
     Distribution,
     Environment,
+    Package,
     Platform,
     Severity,
 )
@@ -93,6 +95,11 @@ class Facts:
     @property
     def environments(self) -> tuple[Environment, ...]:
         return self.result.final.environments
+
+    @property
+    def packages(self) -> tuple[Package, ...]:
+        """The final state's generic package records (conda, ...), whatever their kind."""
+        return self.result.final.packages
 
     def environment(self, path: str | None) -> Environment | None:
         return None if path is None else self.result.final.environment(path)
@@ -187,6 +194,33 @@ def forbidden_version(facts: Facts, forbidden: Iterable[Forbidden]) -> Iterator[
                     entry.severity,
                     entry.origin,
                 )
+    for package in facts.packages:  # generic records: the owner stands for the environment
+        try:
+            pv = Version(package.version)
+        except InvalidVersion:
+            continue
+        for entry in forbidden:
+            if entry.package != canonicalize_name(package.name):
+                continue
+            if not entry.scope.matches_run(facts.platform, facts.targets):
+                continue
+            if not entry.scope.matches_environment(package.owner, None, facts.platform):
+                continue
+            if not entry.specifier.contains(pv, prereleases=True):
+                continue
+            yield Hit(
+                "forbidden-version",
+                f"{package.kind} package {package.name} {package.version} is forbidden "
+                f"({entry.package}{entry.specifier}): {entry.reason}"
+                + (f" (see {entry.link})" if entry.link else ""),
+                package.name,
+                package.owner,
+                None,
+                (package.version,),
+                frozenset({package.name}),
+                entry.severity,
+                entry.origin,
+            )
 
 
 def downgrade(facts: Facts, config: RuleConfig) -> Iterator[Hit]:

@@ -8,8 +8,8 @@ are not PEP 440), merged with the policy's pins. :func:`render_pip` writes the p
 file (usable as ``pip install -c``, ``PIP_CONSTRAINT`` and ``--build-constraint``) with a header
 naming the image digest, the step and the policy; :func:`update_pyproject` writes
 ``[tool.uv] constraint-dependencies`` (or ``override-dependencies``) into an existing
-pyproject.toml with tomlkit, keeping its comments and layout; :func:`check_constraints` is the
-pre-commit check (no forbidden version, every pinned package inside the policy's ranges).
+pyproject.toml with tomlkit, keeping its comments and layout; checking a constraints file
+against the policy is `pinguard.repair.check`'s.
 Outputs are sorted and carry no timestamps, so two runs give identical bytes.
 """
 
@@ -23,12 +23,11 @@ from typing import Any
 
 import tomlkit
 import tomlkit.exceptions
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from pinguard.build.history import strip_build_args
+from pinguard.buildfile.history import strip_build_args
 from pinguard.errors import ConfigError, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import (
@@ -39,7 +38,6 @@ from pinguard.models import (
     Snapshot,
     Step,
 )
-from pinguard.policy.effective import ForbiddenRange
 
 # Files `constraints check` passes over (a constraints/ folder's README, say).
 NOT_CONSTRAINTS = (".md", ".rst")
@@ -83,16 +81,6 @@ class ConstraintSet:
 
     def mapping(self) -> dict[NormalizedName, SpecifierSet]:
         return {c.name: SpecifierSet(c.specifier) for c in self.entries}
-
-
-@dataclass(frozen=True, slots=True)
-class CheckProblem:
-    """One constraint line the policy does not accept."""
-
-    file: str
-    line: int
-    constraint: str
-    message: str
 
 
 # --------------------------------------------------------------------------- choosing the state
@@ -364,94 +352,3 @@ def write_pyproject(
     new = update_pyproject(text, cs, override=override)
     atomic_write(p, new)
     return new
-
-
-# --------------------------------------------------------------------------- checking
-
-
-def read_constraint_lines(path: str | os.PathLike[str]) -> list[tuple[int, str]]:
-    """(line number, requirement text) of a pip constraints file, a pyproject's ``[tool.uv]``
-    constraint/override dependencies, or a PEP 751 pylock.toml (line 0: position unknown)."""
-    from pinguard.repair import pylock
-
-    p = Path(path)
-    if pylock.is_pylock(p):
-        return pylock.read_pylock(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {str(p)!r}: {exc.strerror or exc}") from exc
-    if p.name == "pyproject.toml" or p.suffix == ".toml":
-        try:
-            doc = tomlkit.parse(text).unwrap()
-        except tomlkit.exceptions.ParseError as exc:
-            raise ConfigError(f"{str(p)!r} is not valid TOML: {exc}") from exc
-        uv = doc.get("tool", {}).get("uv", {})
-        found: list[tuple[int, str]] = []
-        for key in UV_KEYS.values():
-            for item in uv.get(key, []) or []:
-                number = next(
-                    (i for i, ln in enumerate(text.splitlines(), 1) if f'"{item}"' in ln), 0
-                )
-                found.append((number, str(item)))
-        return found
-    out: list[tuple[int, str]] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].split("\t#", 1)[0].strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        out.append((number, line))
-    return out
-
-
-def check_constraints(
-    path: str | os.PathLike[str],
-    *,
-    pins: Mapping[NormalizedName, SpecifierSet],
-    forbidden: Sequence[ForbiddenRange] = (),
-) -> tuple[CheckProblem, ...]:
-    """Problems of one constraints file against the policy: a forbidden version, a pinned
-    package outside the policy's known-good range, or a line that is not a requirement."""
-    problems: list[CheckProblem] = []
-    name = str(path)
-    for number, line in read_constraint_lines(path):
-        try:
-            req = Requirement(line)
-        except InvalidRequirement as exc:
-            problems.append(CheckProblem(name, number, line, f"not a requirement: {exc}"))
-            continue
-        pkg = canonicalize_name(req.name)
-        exact: Version | None = None
-        for s in req.specifier:
-            if s.operator in {"==", "==="} and "*" not in s.version:
-                try:
-                    exact = Version(s.version)
-                except InvalidVersion:
-                    exact = None
-        for bad in forbidden:
-            if exact is not None and bad.forbids(pkg, exact):
-                problems.append(
-                    CheckProblem(name, number, line, f"{pkg} {exact} is forbidden: {bad.reason}")
-                )
-        pin = pins.get(pkg)
-        if pin is None:
-            continue
-        if exact is None:
-            problems.append(
-                CheckProblem(
-                    name,
-                    number,
-                    line,
-                    f"{pkg} is pinned by the policy ({pin}); constrain it to one exact version",
-                )
-            )
-        elif not pin.contains(exact, prereleases=True):
-            problems.append(
-                CheckProblem(
-                    name,
-                    number,
-                    line,
-                    f"{pkg} {exact} is outside the policy's known-good range {pin}",
-                )
-            )
-    return tuple(sorted(problems, key=lambda p: (p.file, p.line, p.constraint)))

@@ -36,7 +36,7 @@ from packageurl import PackageURL
 
 from pinguard.models import AuditResult
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, sbom_facts
+from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, package_properties, sbom_facts
 
 # RECORD and direct_url.json use hashlib names; CycloneDX spells them its own way.
 _ALGORITHMS = {
@@ -140,6 +140,17 @@ def build_bom(facts: SbomFacts) -> Bom:
                 ),
             )
         )
+    for other in facts.packages:
+        bom.components.add(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=other.name,
+                version=other.version,
+                bom_ref=other.ref,
+                purl=PackageURL.from_string(other.purl) if other.purl else None,
+                properties=_properties(package_properties(other)),
+            )
+        )
     bom.dependencies.add(
         Dependency(
             ref=BomRef(facts.root_ref), dependencies=[Dependency(BomRef(r)) for r in facts.roots]
@@ -153,6 +164,8 @@ def build_bom(facts: SbomFacts) -> Bom:
         )
     for deb in facts.debs:
         bom.dependencies.add(Dependency(ref=BomRef(deb.ref)))
+    for other in facts.packages:
+        bom.dependencies.add(Dependency(ref=BomRef(other.ref)))
     return bom
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 import json
 
 from pinguard import __version__
-from pinguard.models import SCHEMA_ID, AuditResult, Finding, NativeLibrary, Resolution, Snapshot
+from pinguard.models import (
+    SCHEMA_ID,
+    AuditResult,
+    Finding,
+    NativeLibrary,
+    Package,
+    Resolution,
+    Snapshot,
+)
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.why import reasons
 
@@ -216,6 +224,11 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
             {"name": p.name, "version": p.version, "architecture": p.architecture}
             for p in result.final.debs
         ],
+        **(
+            {"packages": [generic_package_dict(p) for p in result.final.packages]}
+            if result.final.packages
+            else {}
+        ),
         **({"native_libraries": system} if system else {}),
         **(
             {"resolutions": [resolution_dict(r) for r in result.final.resolutions]}
@@ -228,6 +241,21 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         **no_python_field(result, options),
         "verdict": options.verdict(result),
     }
+
+
+def generic_package_dict(package: Package) -> JsonObject:
+    """One generic package record (schema revision 5): every field, properties as an object."""
+    out: JsonObject = {
+        "kind": package.kind,
+        "name": package.name,
+        "version": package.version,
+        "location": package.location,
+        "owner": package.owner,
+        "properties": dict(package.properties),
+    }
+    if package.purl is not None:
+        out["purl"] = package.purl
+    return out
 
 
 def policy_field(result: AuditResult) -> JsonObject:

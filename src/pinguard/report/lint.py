@@ -1,18 +1,19 @@
 """The reports of ``pinguard lint``: a table, the ``pinguard/lint/v1`` JSON document, SARIF.
 
-``pinguard.build.lint`` only produces ``LintFinding`` values; this module turns them (and the
-files that could not be read, as ``(path, message)`` pairs) into text. ``LINT_FORMATS`` maps
-each ``--format`` name to its renderer; every renderer sorts, so two runs give the same bytes.
+``pinguard.buildfile.lint`` only produces ``LintFinding`` values; this module turns them (and the
+files that could not be read, as ``(path, message)`` pairs) into text; every renderer sorts,
+so two runs give the same bytes. Which ``--format`` name picks which renderer is
+``pinguard.report.formats.LINT_FORMATS``'s, beside the other format tables.
 The SARIF log is built by ``pinguard.report.sarif``, the one SARIF builder.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
-from pinguard.build.lint import LintFinding
+from pinguard.buildfile.lint import LintFinding
 from pinguard.models import Severity
 from pinguard.report import sarif
 
@@ -72,19 +73,3 @@ def render_table(findings: Sequence[LintFinding], errors: Errors = ()) -> str:
     summary = ", ".join(f"{counts[s]} {s.value}" for s in reversed(Severity) if counts[s])
     lines.append(f"{len(ordered)} finding(s)" + (f": {summary}" if summary else ""))
     return "\n".join(lines) + "\n"
-
-
-LINT_FORMATS: Mapping[str, LintRenderer] = {
-    "table": render_table,
-    "json": render_json,
-    "sarif": render_sarif,
-}
-
-
-def render(findings: Sequence[LintFinding], fmt: str = "table", *, errors: Errors = ()) -> str:
-    """Render findings as ``table``, ``json`` or ``sarif``; ``errors`` are (path, message)."""
-    try:
-        renderer = LINT_FORMATS[fmt]
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r}: use table, json or sarif") from None
-    return renderer(findings, errors)

@@ -7,7 +7,7 @@ lint``), both for ``gate``. Severities map to SARIF levels once, in ``LEVEL`` (i
 environment, step and versions as properties and, when waived, an accepted external suppression
 carrying the waiver's reason; it points at the Dockerfile line of the step that caused it when
 a Dockerfile and a step-to-line mapping are known
-(`pinguard.build.history.dockerfile_step_lines` builds that mapping by aligning the image
+(`pinguard.buildfile.history.dockerfile_step_lines` builds that mapping by aligning the image
 history with the Dockerfile's last stage), and otherwise at the policy file line that produced
 it. A lint finding points at its command's lines. Things that could not be read become error
 notifications on the invocation, which is then marked unsuccessful; an image without any
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from pinguard import __version__
-from pinguard.build.history import dockerfile_step_lines
+from pinguard.buildfile.history import dockerfile_step_lines
 from pinguard.models import AuditResult, Finding, Severity
 from pinguard.policy.model import RULES
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 
 if TYPE_CHECKING:
-    from pinguard.build.lint import LintFinding
+    from pinguard.buildfile.lint import LintFinding
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -86,7 +86,7 @@ def policy_rules() -> list[Sarif]:
 
 def lint_rules(skip: Iterable[str] = ()) -> list[Sarif]:
     """The descriptors of the Dockerfile lint rules (except ``skip``), sorted by id."""
-    from pinguard.build.lint import RULES as LINT_RULES
+    from pinguard.buildfile.lint import RULES as LINT_RULES
 
     skipped = set(skip)
     return [
@@ -273,7 +273,7 @@ def to_dict(
 
 def lint_to_dict(findings: Sequence[LintFinding], errors: Sequence[tuple[str, str]] = ()) -> Sarif:
     """The SARIF log of ``pinguard lint``: lint findings, unreadable files as notifications."""
-    from pinguard.build.lint import LintFinding
+    from pinguard.buildfile.lint import LintFinding
 
     rules = lint_rules()
     index = {str(r["id"]): i for i, r in enumerate(rules)}

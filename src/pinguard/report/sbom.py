@@ -35,12 +35,14 @@ from pinguard.models import (
     Distribution,
     Environment,
     Incomplete,
+    Package,
     Platform,
     Snapshot,
     Step,
 )
 from pinguard.report.summary import policy_pairs
 from pinguard.report.why import reasons
+from pinguard.sources import image_name
 from pinguard.target import marker_environment, parse_requirement
 
 TOOL = "pinguard"
@@ -139,6 +141,7 @@ class SbomFacts:
     # ``policy:file`` = ``PATH sha256:HEX`` each), unprefixed; the documents' metadata says it
     policy: tuple[tuple[str, str], ...] = ()
     incomplete: tuple[IncompleteItem, ...] = ()  # sorted by (what, why), as the JSON report
+    packages: tuple[Package, ...] = ()  # generic records (conda, ...), as the snapshot sorts them
 
     def incomplete_of(self, ref: str | None) -> tuple[tuple[str, str], ...]:
         """The ``pinguard:incomplete`` pairs of the package ``ref`` (None: of the image)."""
@@ -152,24 +155,24 @@ class SbomFacts:
 
     @property
     def all_refs(self) -> tuple[str, ...]:
-        return tuple(p.ref for p in self.python) + tuple(d.ref for d in self.debs)
+        return (
+            tuple(p.ref for p in self.python)
+            + tuple(d.ref for d in self.debs)
+            + tuple(p.ref for p in self.packages)
+        )
 
 
-def image_name(reference: str) -> str:
-    """``docker://reg/repo:tag`` -> ``reg/repo``; ``oci-archive:x.tar:tag`` -> ``x.tar``."""
-    text = reference
-    for transport in ("docker://", "docker-daemon:", "docker-archive:", "oci-archive:", "oci:"):
-        if text.startswith(transport):
-            text = text[len(transport) :]
-            break
-    else:
-        if text.startswith("dir:"):
-            return text[4:] or "."
-    text = text.split("@", 1)[0]
-    last = text.rsplit("/", 1)[-1]
-    if ":" in last:
-        text = text[: len(text) - len(last)] + last.split(":", 1)[0]
-    return text or reference
+def package_properties(package: Package) -> tuple[tuple[str, str], ...]:
+    """A generic record's facts as ``pinguard:``-prefixed pairs, in a fixed order: its kind,
+    where its record lies, its owner, then its own properties as ``<kind>:<name>``."""
+    out: list[tuple[str, str]] = [
+        ("package:type", package.kind),
+        ("package:location", package.location),
+    ]
+    if package.owner is not None:
+        out.append(("package:owner", package.owner))
+    out.extend((f"{package.kind}:{k}", v) for k, v in package.properties)
+    return tuple((PROPERTY_PREFIX + k, v) for k, v in out)
 
 
 def _hex(value: str) -> str | None:
@@ -339,6 +342,7 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         sorted(
             [p.ref for p in python if p.dist.requested or p.ref not in required]
             + [d.ref for d in debs]
+            + [p.ref for p in final.packages]
         )
     )
     name = image_name(result.image.reference)
@@ -358,5 +362,6 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         roots=roots,
         no_python=result.no_python,
         incomplete=_attribute(result.incomplete, python),
+        packages=final.packages,
         policy=tuple(policy_pairs(result)),
     )

@@ -42,7 +42,7 @@ from spdx_tools.spdx.writer.write_utils import convert
 from pinguard.errors import PinguardError
 from pinguard.models import AuditResult
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.sbom import TOOL, SbomFacts, sbom_facts
+from pinguard.report.sbom import TOOL, SbomFacts, package_properties, sbom_facts
 
 # SPDX 2.3 needs a creation time; a fixed one keeps the bytes reproducible (as
 # SOURCE_DATE_EPOCH=0 would).
@@ -118,6 +118,8 @@ def build_document(facts: SbomFacts) -> Document:
         ids[pkg.ref] = spdx_id("Python", pkg.ref, f"{pkg.dist.name}-{pkg.dist.raw_version}")
     for deb in facts.debs:
         ids[deb.ref] = spdx_id("Deb", deb.ref, f"{deb.deb.name}-{deb.deb.version}")
+    for other in facts.packages:
+        ids[other.ref] = spdx_id("Package", other.ref, f"{other.name}-{other.version}")
     for pkg in facts.python:
         url = (pkg.dist.direct_url or {}).get("url")
         packages.append(
@@ -154,6 +156,23 @@ def build_document(facts: SbomFacts) -> Document:
             )
         )
         relationships.append(Relationship(root_id, RelationshipType.CONTAINS, ids[deb.ref]))
+    for other in facts.packages:
+        packages.append(
+            Package(
+                spdx_id=ids[other.ref],
+                name=other.name,
+                download_location=SpdxNoAssertion(),
+                version=other.version,
+                files_analyzed=False,
+                external_references=[_purl(other.purl)] if other.purl else [],
+                primary_package_purpose=PackagePurpose.LIBRARY,
+            )
+        )
+        relationships.append(Relationship(root_id, RelationshipType.CONTAINS, ids[other.ref]))
+        annotations.extend(
+            Annotation(ids[other.ref], AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
+            for name, value in package_properties(other)
+        )
     return Document(
         creation_info=info,
         packages=packages,

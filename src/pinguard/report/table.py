@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pinguard import __version__
-from pinguard.build.history import command_text
+from pinguard.buildfile.history import command_text
 from pinguard.models import AuditResult, ChangeKind, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.summary import KINDS, Summary, header, listed, summarize

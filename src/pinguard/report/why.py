@@ -16,14 +16,14 @@ from functools import lru_cache
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from pinguard.build import history
+from pinguard.buildfile import history
 from pinguard.models import Cause, ChangeKind
 
 ASKED = "asked for by this step"
 
 
 def command_text(created_by: str) -> str:
-    """A history entry's command on one line (`pinguard.build.history.command_text`)."""
+    """A history entry's command on one line (`pinguard.buildfile.history.command_text`)."""
     return " ".join(history.command_text(created_by).split())
 
 

@@ -13,7 +13,8 @@ A reference without a transport that names an existing local path is read from t
 recognised by its content (``sources.detect``: an OCI or docker-archive tar, an OCI layout
 directory, a root filesystem), as syft reads its input; a note says which transport was used.
 An existing path that is not an image is tried as a docker reference, and if that fails too
-the error says what the local path is.
+the error says what the local path is. ``image_name`` strips a reference back to the image's
+name (for SBOM subjects): parsing transport prefixes is done here, nowhere else.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "ResolvedImage",
     "SourceOptions",
     "UnpackedTree",
+    "image_name",
     "is_docker_reference",
     "open_source",
     "split_transport",
@@ -99,6 +101,26 @@ def split_transport(reference: str) -> tuple[str | None, str]:
             f"(known: {', '.join(t + ':' for t in TRANSPORTS)})"
         )
     raise InvalidReference(f"invalid image reference {reference!r}")
+
+
+def image_name(reference: str) -> str:
+    """The image's name without transport, tag or digest, for an SBOM's subject (never raises):
+    ``docker://reg/repo:tag`` -> ``reg/repo``; ``oci-archive:x.tar:tag`` -> ``x.tar``;
+    ``dir:PATH`` -> ``PATH``."""
+    text = reference
+    for transport in TRANSPORTS:
+        prefix = "docker://" if transport == "docker" else f"{transport}:"
+        if transport != "dir" and text.startswith(prefix):
+            text = text[len(prefix) :]
+            break
+    else:
+        if text.startswith("dir:"):
+            return text[4:] or "."
+    text = text.split("@", 1)[0]
+    last = text.rsplit("/", 1)[-1]
+    if ":" in last:
+        text = text[: len(text) - len(last)] + last.split(":", 1)[0]
+    return text or reference
 
 
 def _has_transport(reference: str) -> bool:

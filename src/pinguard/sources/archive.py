@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, cast
 
 from pinguard.errors import ImageNotFound, SourceError
 from pinguard.sources import manifest as mf
+from pinguard.sources import mediatypes as mt
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.oci import split_path_and_tag
 from pinguard.sources.tarindex import TarIndex
@@ -102,14 +103,14 @@ class DockerArchiveSource(ImageSource):
         with self.index.open(name) as stream:
             head = stream.read(4)
             if not (head.startswith(_GZIP_MAGIC) or head.startswith(_ZSTD_MAGIC)):
-                media = mf.OCI_LAYER if name.startswith("blobs/") else mf.DOCKER_LAYER
+                media = mt.OCI_LAYER if name.startswith("blobs/") else mt.DOCKER_LAYER
                 return LayerRef(digest=diff_id, size=member.size, media_type=media, diff_id=diff_id)
             # A compressed layer: its stored digest is not the diff id, so hash it once.
             hasher = hashlib.sha256(head)
             while chunk := stream.read(1 << 20):
                 hasher.update(chunk)
         media = (
-            mf.DOCKER_LAYER + ".gzip" if head.startswith(_GZIP_MAGIC) else mf.OCI_LAYER + "+zstd"
+            mt.DOCKER_LAYER + ".gzip" if head.startswith(_GZIP_MAGIC) else mt.OCI_LAYER + "+zstd"
         )
         return LayerRef(
             digest="sha256:" + hasher.hexdigest(),

@@ -18,24 +18,18 @@ from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError, U
 from pinguard.models import Platform
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import LayerRef, ResolvedImage
+from pinguard.sources.mediatypes import (
+    DOCKER_LAYER,
+    DOCKER_SCHEMA1,
+    IMAGE_CONFIG_TYPES,
+    INDEX_TYPES,
+    LAYER_TYPE_PREFIXES,
+    MANIFEST_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+)
 from pinguard.target import default_variant, platform_matches
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
-DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
-DOCKER_SCHEMA1 = frozenset(
-    {
-        "application/vnd.docker.distribution.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v1+prettyjws",
-    }
-)
-INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
-MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 
 
@@ -126,10 +120,6 @@ def document_kind(
     if not isinstance(doc.get("config"), dict) or not isinstance(doc.get("layers"), list):
         raise SourceError(f"{what} is neither an image manifest nor an index")
     return "manifest"
-
-
-IMAGE_CONFIG_TYPES = frozenset({OCI_CONFIG, DOCKER_CONFIG})
-LAYER_TYPE_PREFIXES = ("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")
 
 
 def check_image_manifest(manifest: Mapping[str, Any], what: str) -> None:

@@ -25,9 +25,10 @@ from typing import Any
 from urllib.parse import quote
 
 from pinguard.errors import ImageNotFound, SourceError
-from pinguard.sources.registry import OCI_INDEX, OCI_MANIFEST, RegistrySource
+from pinguard.sources import registry_push as push
+from pinguard.sources.mediatypes import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
+from pinguard.sources.registry import RegistrySource
 
-OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB = b"{}"
 EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
 VIA_API = "referrers-api"
@@ -155,15 +156,17 @@ def attach(
     annotations: Mapping[str, str],
 ) -> Attached:
     """Push ``blobs`` ((media type, bytes)) as one artifact about ``subject``."""
-    source.push_blob(EMPTY_BLOB)
+    push.push_blob(source.client, EMPTY_BLOB)
     layers = [
-        Descriptor(media_type=media_type, digest=source.push_blob(data), size=len(data))
+        Descriptor(
+            media_type=media_type, digest=push.push_blob(source.client, data), size=len(data)
+        )
         for media_type, data in blobs
     ]
     manifest = artifact_manifest(subject, artifact_type, layers, annotations)
     body = canonical(manifest)
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    headers = source.push_manifest(digest, body, OCI_MANIFEST)
+    headers = push.push_manifest(source.client, digest, body, OCI_MANIFEST)
     if headers.get("OCI-Subject", "").strip() == subject.digest:
         return Attached(digest=digest, via=VIA_API)
     descriptor = Descriptor(
@@ -213,7 +216,7 @@ def _add_to_tag_index(source: RegistrySource, tag: str, descriptor: Descriptor) 
         if any(isinstance(m, dict) and m.get("digest") == descriptor.digest for m in manifests):
             return
         manifests.append(descriptor.to_dict())
-        source.push_manifest(tag, canonical(index), OCI_INDEX)
+        push.push_manifest(source.client, tag, canonical(index), OCI_INDEX)
         again = _read_tag_index(source, tag) or {"manifests": []}
         if any(
             isinstance(m, dict) and m.get("digest") == descriptor.digest for m in again["manifests"]
@@ -244,7 +247,7 @@ def list_referrers(
     path = f"/v2/{source.ref.repository}/referrers/{subject}"
     if artifact_type:
         path += "?artifactType=" + quote(artifact_type, safe="")
-    page = source.referrers_page(path, OCI_INDEX)
+    page = push.referrers_page(source.client, path, OCI_INDEX)
     if page is None:
         tag = referrers_tag(subject)
         index = _read_tag_index(source, tag)
@@ -262,7 +265,7 @@ def list_referrers(
             match = _LINK_NEXT.search(headers.get("Link", ""))
             if match is None:
                 break
-            next_page = source.referrers_page(match.group(1), OCI_INDEX)
+            next_page = push.referrers_page(source.client, match.group(1), OCI_INDEX)
             if next_page is None:
                 raise SourceError(f"the next page of the referrers of {subject} is gone (404)")
             page = next_page

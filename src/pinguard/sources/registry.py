@@ -1,264 +1,46 @@
-"""The ``docker://`` transport: images in a registry speaking the OCI distribution API v2.
+"""The ``docker://`` transport: pulling images from a registry (OCI distribution API v2).
 
 ``RegistrySource`` fetches the manifest (OCI image manifest or index, Docker v2 schema2
 manifest or manifest list), picks one platform from an index, verifies every manifest it
 fetched by digest, reads and verifies the image config, and opens layer blobs as raw
-streams for ``pinguard.layers.blob`` to verify while they stream. Authentication follows the
-registry's ``WWW-Authenticate`` challenge: the Bearer token flow (tokens cached per scope,
-fetched with Basic credentials or an identity token when ``config.json`` has them, else
-anonymously) or plain Basic. Plain HTTP is used only for loopback hosts and hosts named
-in ``insecure_registries``. Requests retry with exponential backoff on 429, 5xx and
-connection errors, honouring ``Retry-After``, at most ``max_retries`` times. Redirects are
-followed by hand so the ``Authorization`` header never leaves the registry's origin, and
-no credential ever appears in an error message or a log line. The HTTP session is created
-lazily per process, so a source can be pickled or used after ``fork``.
-
-Every error the HTTP stack can raise (the whole ``requests.exceptions`` and
-``urllib3.exceptions`` trees, ``http.client``'s and the socket's ``OSError``s, listed once in
-``TRANSPORT_ERRORS``) is caught where a request is sent or a body read and becomes one
-``SourceError`` line naming the object, the host and the innermost cause
-(``transport_reason``), never a traceback. A blob is never read past its descriptor's size
-plus one byte, so an oversized blob is refused as soon as that byte arrives.
+streams for ``pinguard.layers.blob`` to verify while they stream: a stream that breaks is
+resumed where it stopped (``_ResponseStream``), and a blob is never read past its
+descriptor's size plus one byte, so an oversized blob is refused as soon as that byte
+arrives. Every request goes through ``client`` (``pinguard.sources.registry_http``:
+transport, retries, redirects, authentication); pushing is ``pinguard.sources.registry_push``'s.
 """
 
 from __future__ import annotations
 
-import email.utils
-import http.client
-import http.cookiejar
 import io
-import ipaddress
-import json
 import logging
-import os
-import random
-import re
-import ssl
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, BinaryIO
-from urllib.parse import urlencode, urljoin, urlsplit
 
 import requests
 import urllib3
 
-from pinguard.errors import AuthError, BlobVerificationError, ImageNotFound, SourceError
+from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
 from pinguard.models import Platform
 from pinguard.sources import manifest as mf
-from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
-from pinguard.sources.manifest import (
-    descriptor_platform,
-    platform_from_config,
-    sha256_digest,
-    verify_bytes,
+from pinguard.sources.manifest import descriptor_platform, platform_from_config, verify_bytes
+from pinguard.sources.mediatypes import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST
+from pinguard.sources.registry_http import (
+    MAX_MANIFEST_BYTES,
+    TRANSPORT_ERRORS,
+    RegistryClient,
+    attempts,
+    transport_reason,
 )
-from pinguard.sources.reference import DockerReference, parse_reference
 from pinguard.target import host_platform, platform_matches
 
 log = logging.getLogger(__name__)
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
-MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
-ACCEPT = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
-
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 64 * 1024 * 1024
-MAX_TOKEN_BYTES = 1024 * 1024
-MAX_REDIRECTS = 10
 MAX_INDEX_DEPTH = 4
-MAX_RETRY_AFTER = 60.0
-BACKOFF_BASE = 0.5
-BACKOFF_CAP = 30.0
 BLOB_BUFFER = 1024 * 1024
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_NOT_RETRYABLE_5XX = frozenset({501, 505})
-
-#: What requests, urllib3 and the sockets below them raise while a request is sent or its
-#: body read: the whole ``requests.exceptions`` tree, the whole ``urllib3.exceptions`` tree
-#: (a raw body read raises those unwrapped), ``http.client``'s (urllib3 wraps them, but not
-#: on every path), ``OSError`` (a socket, ``ssl.SSLError``, a timeout) and urllib3's one
-#: exception outside its ``HTTPError`` tree (``ProxySchemeUnsupported``, a ``ValueError``).
-#: Every call into the HTTP stack here catches exactly these;
-#: tests/sources/test_transport_errors.py checks that each class of both trees is among them.
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    requests.RequestException,
-    urllib3.exceptions.HTTPError,
-    urllib3.exceptions.ProxySchemeUnsupported,
-    http.client.HTTPException,
-    OSError,
-)
-#: Errors worth another attempt: the connection failed, timed out or broke mid-answer. Any
-#: other transport error (an invalid URL or redirect target, an unsupported scheme, a body
-#: that cannot be decoded) would fail the same way again.
-_RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
-    requests.ConnectionError,
-    requests.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-)
-# --- hosts and challenges -------------------------------------------------------------
-
-
-def is_loopback(hostname: str) -> bool:
-    """localhost, 127.0.0.0/8 and ::1."""
-    host = hostname.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    netloc = parts.netloc.lower().rsplit("@", 1)[-1]
-    return parts.scheme.lower(), netloc
-
-
-@dataclass(frozen=True, slots=True)
-class Challenge:
-    """One ``WWW-Authenticate`` challenge: its scheme and auth-params."""
-
-    scheme: str  # lower case: "bearer", "basic"
-    params: Mapping[str, str]
-
-
-_CHALLENGE_START = re.compile(r"\s*,?\s*([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)(?=\s|$|,)")
-_PARAM = re.compile(r'\s*,?\s*([A-Za-z0-9!#$%&\'*+.^_`|~-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)')
-
-
-def parse_www_authenticate(header: str) -> list[Challenge]:
-    """Parse ``Bearer realm="...",service="...",scope="a,b"`` (several challenges allowed)."""
-    challenges: list[Challenge] = []
-    pos = 0
-    while pos < len(header):
-        start = _CHALLENGE_START.match(header, pos)
-        if start is None or header[start.end() : start.end() + 1] == "=":
-            break
-        scheme = start.group(1).lower()
-        pos = start.end()
-        params: dict[str, str] = {}
-        while True:
-            # A param is name=value; a bare token followed by space starts the next challenge.
-            match = _PARAM.match(header, pos)
-            if match is None:
-                break
-            value = match.group(2)
-            if value.startswith('"'):
-                value = re.sub(r"\\(.)", r"\1", value[1:-1])
-            params[match.group(1).lower()] = value
-            pos = match.end()
-        challenges.append(Challenge(scheme=scheme, params=params))
-    return challenges
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), MAX_RETRY_AFTER)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return min(max(when.timestamp() - time.time(), 0.0), MAX_RETRY_AFTER)
-
-
-def _backoff(attempt: int) -> float:
-    delay: float = min(BACKOFF_CAP, BACKOFF_BASE * (2**attempt))
-    return delay + random.uniform(0, delay / 10)  # jitter, not crypto
-
-
-def _retryable(status: int) -> bool:
-    return status == 429 or (status >= 500 and status not in _NOT_RETRYABLE_5XX)
-
-
-def _inner(exc: BaseException) -> BaseException | None:
-    """The error ``exc`` wraps: urllib3's ``reason`` (``MaxRetryError``, ``ProxyError``),
-    ``__cause__``, or an exception among its ``args`` (requests' ``ConnectionError(e)``,
-    urllib3's ``ProtocolError('Connection broken', ConnectionResetError(...))``)."""
-    reason = getattr(exc, "reason", None)
-    if isinstance(reason, BaseException):
-        return reason
-    if exc.__cause__ is not None:
-        return exc.__cause__
-    return next((a for a in exc.args if isinstance(a, BaseException)), None)
-
-
-def transport_reason(exc: BaseException) -> str:
-    """A one-line account of a transport error: its class and the innermost cause, e.g.
-    ``ProtocolError: ConnectionResetError (Connection reset by peer)``.
-
-    Only class names, errno texts and OpenSSL reason codes are shown, never ``str(exc)``:
-    requests and urllib3 put URLs in their messages, and a redirect target's query may carry
-    a pre-signed credential."""
-    root, seen = exc, {id(exc)}
-    while (inner := _inner(root)) is not None and id(inner) not in seen:
-        seen.add(id(inner))
-        root = inner
-    text = type(exc).__name__
-    if root is not exc:
-        name = type(root).__name__
-        text += f": {type(root).__module__}.{name}" if name == "error" else f": {name}"
-    detail = ""
-    if isinstance(root, ssl.SSLError):
-        detail = str(getattr(root, "verify_message", "") or root.reason or "")
-    elif isinstance(root, OSError):
-        detail = root.strerror or ""
-    if isinstance(root, TimeoutError) and not detail:
-        detail = "timed out"
-    return f"{text} ({detail})" if detail else text
-
-
-def _attempts(n: int) -> str:
-    return "1 attempt" if n == 1 else f"{n} attempts"
-
-
-def _join(url: str, location: str, what: str, host: str) -> str:
-    """``location`` (a redirect or upload target) made absolute against ``url``."""
-    try:
-        target = urljoin(url, location)
-        urlsplit(target).port  # noqa: B018 - raises ValueError on a port that is not one
-    except ValueError:
-        # not quoted: a location may carry a pre-signed credential in its query
-        raise SourceError(f"{what}: {host} sent a location that is not a valid URL") from None
-    return target
-
-
-class _BrokenBody(SourceError):
-    """A response body that broke off while being read (reset, truncated)."""
-
-
-class _NoCookies(http.cookiejar.DefaultCookiePolicy):
-    """Store no cookie: the distribution API is stateless, and a cookie a registry sets would
-    otherwise be sent to every port of that host (cookies ignore ports) and to redirects."""
-
-    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
-        return False
-
-    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
-        return False
-
-
-class _NoNetrc(requests.auth.AuthBase):
-    """An explicit no-op auth, so requests never adds ~/.netrc credentials on its own."""
-
-    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
-        return r
-
-
-@dataclass(slots=True)
-class _Token:
-    value: str
-    expires: float
 
 
 class _ResponseStream(io.RawIOBase):
@@ -333,7 +115,7 @@ class _ResponseStream(io.RawIOBase):
                 if self._retries_left <= 0:
                     raise SourceError(
                         f"reading {self._what} failed after {self._delivered} bytes "
-                        f"({_attempts(self._attempts)}): {transport_reason(exc)}"
+                        f"({attempts(self._attempts)}): {transport_reason(exc)}"
                     ) from exc
                 self._retries_left -= 1
                 self._attempts += 1
@@ -363,26 +145,10 @@ class RegistrySource(ImageSource):
     parallel_safe = True
 
     def __init__(self, ref: str, options: SourceOptions | None = None) -> None:
+        self.client = RegistryClient(ref, options)
         self.reference = ref
-        self.ref: DockerReference = parse_reference(ref)
-        self.options = options or SourceOptions()
-        self.scheme = "http" if self._plain_http_allowed(self.ref.api_host) else "https"
-        self.base_url = f"{self.scheme}://{self.ref.api_host}"
-        self._scope = f"repository:{self.ref.repository}:pull"
-        self._sessions: dict[int, requests.Session] = {}
-        self._tokens: dict[str, _Token] = {}
-        self._basic = False  # the registry asked for Basic auth
-        self._credentials: Credentials | None = None
-        self._credentials_loaded = False
-
-    # pickling: sessions are per process and never cross a process boundary
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_sessions"] = {}
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.ref = self.client.ref
+        self.options = self.client.options
 
     def __repr__(self) -> str:
         return f"RegistrySource({self.reference!r})"
@@ -391,337 +157,22 @@ class RegistrySource(ImageSource):
     def display(self) -> str:
         return f"docker://{self.reference}"
 
-    def _plain_http_allowed(self, hostport: str) -> bool:
-        hostname = urlsplit(f"//{hostport}").hostname or hostport
-        if is_loopback(hostname):
-            return True
-        insecure = {h.lower() for h in self.options.insecure_registries}
-        return hostport.lower() in insecure or hostname.lower() in insecure
+    @property
+    def scheme(self) -> str:
+        """``https``, or ``http`` for a loopback or insecure registry."""
+        return self.client.scheme
 
-    def _session(self) -> requests.Session:
-        pid = os.getpid()
-        session = self._sessions.get(pid)
-        if session is None:
-            # Sessions inherited through fork share sockets with the parent: drop, never reuse.
-            session = requests.Session()
-            session.cookies.set_policy(_NoCookies())
-            session.headers["User-Agent"] = "pinguard (+https://github.com/pinguard)"
-            self._sessions = {pid: session}
-        return session
+    @property
+    def base_url(self) -> str:
+        """``scheme://host[:port]`` every request starts from (the client's)."""
+        return self.client.base_url
+
+    @base_url.setter
+    def base_url(self, value: str) -> None:
+        self.client.base_url = value
 
     def close(self) -> None:
-        session = self._sessions.pop(os.getpid(), None)
-        if session is not None:
-            session.close()
-
-    # --- credentials and tokens -------------------------------------------------------
-
-    def _creds(self) -> Credentials | None:
-        if not self._credentials_loaded:
-            self._credentials = lookup_credentials(self.ref.registry, self.options.docker_config)
-            self._credentials_loaded = True
-        return self._credentials
-
-    def _auth_header(self) -> str | None:
-        token = self._tokens.get(self._scope)
-        if token is not None and token.expires > time.time():
-            return f"Bearer {token.value}"
-        if self._basic:
-            creds = self._creds()
-            if creds is not None and creds.has_basic:
-                return creds.basic_header()
-        return None
-
-    def _no_creds_hint(self) -> str:
-        config = docker_config_dir(self.options.docker_config) / "config.json"
-        return f"no credentials for {self.ref.registry} in {str(config)!r}"
-
-    def _denied(self, status: int) -> AuthError:
-        creds = self._creds()
-        what = f"{self.ref.repository} on {self.ref.api_host}"
-        if status == 403:
-            return AuthError(f"registry denied access to {what} (HTTP 403)")
-        if creds is None:
-            return AuthError(
-                f"registry requires authentication for {what}: {self._no_creds_hint()}"
-            )
-        return AuthError(f"registry refused the credentials from {creds.origin} for {what}")
-
-    def _authenticate(self, header: str | None) -> None:
-        """Answer a 401: set up Basic or fetch a Bearer token for our scope."""
-        challenges = parse_www_authenticate(header or "")
-        by_scheme = {c.scheme: c for c in challenges}
-        bearer, basic = by_scheme.get("bearer"), by_scheme.get("basic")
-        if bearer is not None and bearer.params.get("realm"):
-            self._fetch_token(bearer)
-            return
-        if basic is not None:
-            creds = self._creds()
-            if creds is None or not creds.has_basic:
-                raise AuthError(
-                    f"registry {self.ref.api_host} requires Basic authentication for "
-                    f"{self.ref.repository}: {self._no_creds_hint()}"
-                )
-            self._basic = True
-            return
-        raise AuthError(
-            f"registry {self.ref.api_host} answered 401 with no usable authentication challenge"
-        )
-
-    def _fetch_token(self, challenge: Challenge) -> None:
-        realm = challenge.params["realm"]
-        parts = urlsplit(realm)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise AuthError(f"registry {self.ref.api_host} named an invalid token realm")
-        if parts.scheme == "http" and not self._plain_http_allowed(parts.netloc):
-            raise AuthError(
-                f"registry {self.ref.api_host} named a plain-HTTP token realm on "
-                f"{parts.hostname}; refusing to send credentials over HTTP"
-            )
-        scope = challenge.params.get("scope") or self._scope
-        service = challenge.params.get("service")
-        creds = self._creds()
-        query: dict[str, str] = {"scope": scope}
-        if service:
-            query["service"] = service
-        method, data, auth = "GET", None, None
-        if creds is not None and creds.identity_token:
-            method = "POST"
-            data = {
-                "grant_type": "refresh_token",
-                "refresh_token": creds.identity_token,
-                "client_id": "pinguard",
-                **query,
-            }
-            url = realm
-        else:
-            url = realm + ("&" if parts.query else "?") + urlencode(query)
-            if creds is not None and creds.has_basic:
-                auth = creds.basic_header()
-        what = f"token for {self.ref.repository} from {parts.netloc}"
-        response = self._send_with_retries(method, url, {}, auth, what=what, stream=True, data=data)
-        try:
-            if response.status_code in (401, 403):
-                if creds is None:
-                    raise AuthError(
-                        f"token server for {self.ref.api_host} refused anonymous access to "
-                        f"{self.ref.repository}: {self._no_creds_hint()}"
-                    )
-                raise AuthError(
-                    f"token server for {self.ref.api_host} refused the credentials from "
-                    f"{creds.origin}"
-                )
-            if response.status_code != 200:
-                raise SourceError(
-                    f"token server for {self.ref.api_host} answered HTTP {response.status_code}"
-                )
-            raw = self._read_limited(
-                response, MAX_TOKEN_BYTES, f"token answer for {self.ref.api_host}"
-            )
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                raise SourceError(
-                    f"token server for {self.ref.api_host} answered something that is not JSON"
-                ) from None
-        finally:
-            response.close()
-        value = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
-        if not isinstance(value, str) or not value:
-            raise SourceError(f"token server for {self.ref.api_host} answered no token")
-        expires_in = body.get("expires_in")
-        lifetime = float(expires_in) if isinstance(expires_in, (int, float)) else 60.0
-        token = _Token(value=value, expires=time.time() + max(lifetime - 5.0, 1.0))
-        self._tokens[self._scope] = token
-        self._tokens[scope] = token
-        log.debug("got a registry token for %s (%s)", self.ref.api_host, scope)
-
-    # --- HTTP ---------------------------------------------------------------------------
-
-    def _send(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        auth: str | None,
-        *,
-        what: str,
-        stream: bool,
-        data: Mapping[str, str] | bytes | None = None,
-    ) -> requests.Response:
-        """One request, redirects followed by hand; Authorization stays on its origin."""
-        origin = _origin(url)
-        carry_auth = auth is not None
-        session = self._session()
-        for _hop in range(MAX_REDIRECTS + 1):
-            request_headers = dict(headers)
-            if carry_auth and auth is not None:
-                request_headers["Authorization"] = auth
-            try:
-                response = session.request(
-                    method,
-                    url,
-                    headers=request_headers,
-                    data=data,
-                    stream=stream,
-                    allow_redirects=False,
-                    timeout=self.options.timeout,
-                    auth=_NoNetrc(),
-                )
-            except TRANSPORT_ERRORS:
-                raise
-            except ValueError:
-                # requests parses a redirect's Location even when not following it, and
-                # urllib.parse raises a plain ValueError ("Invalid IPv6 URL")
-                raise SourceError(
-                    f"{what}: {urlsplit(url).netloc} sent a location that is not a valid URL"
-                ) from None
-            location = response.headers.get("Location")
-            if response.status_code not in _REDIRECTS or not location:
-                return response
-            response.close()
-            target = _join(url, location, what, urlsplit(url).netloc)
-            if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
-                raise SourceError(
-                    f"{self.ref.api_host} redirected from https to {urlsplit(target).scheme}; "
-                    "refusing to continue without TLS"
-                )
-            url = target
-            if _origin(url) != origin:
-                carry_auth = False  # never again on this chain, even back on the origin
-            if response.status_code == 303 or (
-                response.status_code in (301, 302) and method == "POST"
-            ):
-                method, data = "GET", None
-            log.debug("following a redirect to %s", _origin(url)[1])
-        raise SourceError(
-            f"{what}: too many redirects (more than {MAX_REDIRECTS}) from {self.ref.api_host}"
-        )
-
-    def _send_with_retries(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        auth: str | None,
-        *,
-        what: str,
-        stream: bool,
-        data: Mapping[str, str] | bytes | None = None,
-    ) -> requests.Response:
-        """``_send`` again after a retryable status or transport error, with backoff. Any
-        transport error, at the last attempt or not worth another, is a ``SourceError``
-        naming ``what``, the host and the cause."""
-        attempt = 0
-        while True:
-            try:
-                response = self._send(
-                    method, url, headers, auth, what=what, stream=stream, data=data
-                )
-            except TRANSPORT_ERRORS as exc:
-                host = urlsplit(url).netloc
-                if not isinstance(exc, _RETRYABLE_ERRORS):
-                    raise SourceError(
-                        f"{what}: request to {host} failed: {transport_reason(exc)}"
-                    ) from exc
-                if attempt >= self.options.max_retries:
-                    raise SourceError(
-                        f"{what}: request to {host} failed after {_attempts(attempt + 1)}: "
-                        f"{transport_reason(exc)}"
-                    ) from exc
-                delay = _backoff(attempt)
-            else:
-                if not _retryable(response.status_code) or attempt >= self.options.max_retries:
-                    return response
-                after = _retry_after(response.headers.get("Retry-After"))
-                delay = _backoff(attempt) if after is None else after
-                log.debug(
-                    "HTTP %s from %s; retrying in %.1fs",
-                    response.status_code,
-                    urlsplit(url).netloc,
-                    delay,
-                )
-                response.close()
-            attempt += 1
-            time.sleep(delay)
-
-    def _request(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        *,
-        what: str,
-        stream: bool,
-        method: str = "GET",
-        body: bytes | None = None,
-    ) -> requests.Response:
-        """One registry request (GET unless told) for ``what`` (named in every error):
-        retries, then one authentication round on a 401."""
-        authenticated = False
-        while True:
-            response = self._send_with_retries(
-                method, url, headers, self._auth_header(), what=what, stream=stream, data=body
-            )
-            if response.status_code != 401 or _origin(response.url) != _origin(url):
-                if response.status_code == 403 and _origin(response.url) == _origin(url):
-                    response.close()
-                    raise self._denied(403)
-                return response
-            challenge = response.headers.get("WWW-Authenticate")
-            response.close()
-            if authenticated:
-                raise self._denied(401)
-            self._tokens.pop(self._scope, None)  # an expired or revoked token
-            self._authenticate(challenge)
-            authenticated = True
-
-    def _read_limited(self, response: requests.Response, limit: int, what: str) -> bytes:
-        length = response.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise SourceError(f"{what} is too large ({length} bytes)")
-        chunks: list[bytes] = []
-        total = 0
-        try:
-            for chunk in response.iter_content(65536):
-                total += len(chunk)
-                if total > limit:
-                    raise SourceError(f"{what} is larger than {limit} bytes")
-                chunks.append(chunk)
-        except TRANSPORT_ERRORS as exc:
-            raise _BrokenBody(
-                f"reading {what} failed after {total} bytes: {transport_reason(exc)}"
-            ) from exc
-        return b"".join(chunks)
-
-    def _get_small(
-        self, url: str, headers: Mapping[str, str], limit: int, what: str
-    ) -> tuple[bytes, requests.structures.CaseInsensitiveDict[str]]:
-        """GET a document read whole (manifest, config); a body that breaks off is fetched
-        again, at most ``max_retries`` times."""
-        attempt = 0
-        while True:
-            response = self._request(url, headers, what=what, stream=True)
-            self._check_status(response, what)
-            try:
-                return self._read_limited(response, limit, what), response.headers
-            except _BrokenBody:
-                if attempt >= self.options.max_retries:
-                    raise
-                log.debug("%s broke off; fetching it again", what)
-            finally:
-                response.close()
-            attempt += 1
-
-    def _check_status(self, response: requests.Response, what: str) -> None:
-        if response.status_code == 200:
-            return
-        status = response.status_code
-        response.close()
-        if status == 404:
-            raise ImageNotFound(f"{what} not found (HTTP 404)")
-        if status == 401:
-            raise self._denied(401)
-        raise SourceError(f"registry {self.ref.api_host} answered HTTP {status} for {what}")
+        self.client.close()
 
     # --- manifests and blobs ------------------------------------------------------------
 
@@ -731,9 +182,9 @@ class RegistrySource(ImageSource):
         By digest: the bytes must hash to it. By tag: when the registry sends
         ``Docker-Content-Digest``, the bytes must hash to that."""
         wanted = Digest.parse(reference, "manifest reference") if ":" in reference else None
-        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{wanted or reference}"
+        url = self.client.manifest_url(str(wanted or reference))
         what = f"manifest {reference} of {self.ref.api_host}/{self.ref.repository}"
-        body, headers = self._get_small(url, {"Accept": accept}, MAX_MANIFEST_BYTES, what)
+        body, headers = self.client.get_small(url, {"Accept": accept}, MAX_MANIFEST_BYTES, what)
         content_type = headers.get("Content-Type", "").split(";")[0].strip()
         header = headers.get("Docker-Content-Digest")
         claimed = Digest.parse(header, f"{what}: Docker-Content-Digest") if header else None
@@ -792,15 +243,13 @@ class RegistrySource(ImageSource):
     def _fetch_config(self, digest: str) -> dict[str, Any]:
         what = f"config {digest} of {self.ref.api_host}/{self.ref.repository}"
         expected = Digest.parse(digest, what)
-        body, _headers = self._get_small(self._blob_url(digest), {}, MAX_CONFIG_BYTES, what)
+        body, _headers = self.client.get_small(
+            self.client.blob_url(digest), {}, MAX_CONFIG_BYTES, what
+        )
         actual = Digest.of(body, expected.algorithm)
         if actual != expected:
             raise BlobVerificationError(f"{what}: the registry sent bytes with digest {actual}")
         return mf.parse_json_document(body, what)
-
-    def _blob_url(self, digest: str) -> str:
-        checked = Digest.parse(digest, f"blob of {self.ref.api_host}/{self.ref.repository}")
-        return f"{self.base_url}/v2/{self.ref.repository}/blobs/{checked}"
 
     def platforms(self) -> tuple[Platform, ...]:
         """The platforms of the index the reference names (one when it is an image)."""
@@ -886,17 +335,17 @@ class RegistrySource(ImageSource):
         again from the start, at most ``max_retries`` times, skipping what was already
         delivered; past that it raises ``SourceError``."""
         what = f"blob {layer.digest} of {self.ref.api_host}/{self.ref.repository}"
-        url = self._blob_url(layer.digest)
+        url = self.client.blob_url(layer.digest)
 
         def opener() -> requests.Response:
-            response = self._request(url, {}, what=what, stream=True)
-            self._check_status(response, what)
+            response = self.client.request(url, {}, what=what, stream=True)
+            self.client.check_status(response, what)
             return response
 
         stream = _ResponseStream(opener, what, self.options.max_retries, layer.size)
         return io.BufferedReader(stream, buffer_size=BLOB_BUFFER)
 
-    # --- raw reads and pushes (attestations; see pinguard.sources.referrers) -------------
+    # --- raw reads (attestations; see pinguard.sources.referrers) ------------------------
 
     def manifest_bytes(self, reference: str, accept: str = ACCEPT) -> tuple[bytes, str, str]:
         """(bytes, Content-Type, digest) of the manifest ``reference`` (a tag or a digest),
@@ -906,97 +355,6 @@ class RegistrySource(ImageSource):
     def blob_bytes(self, digest: str, limit: int) -> bytes:
         """A whole small blob (at most ``limit`` bytes), verified against ``digest``."""
         what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
-        body, _ = self._get_small(self._blob_url(digest), {}, limit, what)
+        body, _ = self.client.get_small(self.client.blob_url(digest), {}, limit, what)
         verify_bytes(body, digest, what)
         return body
-
-    def has_blob(self, digest: str) -> bool:
-        """HEAD the blob: True when the repository already holds it."""
-        what = f"blob {digest} of {self.ref.api_host}/{self.ref.repository}"
-        response = self._request(self._blob_url(digest), {}, what=what, stream=True, method="HEAD")
-        response.close()
-        if response.status_code == 404:
-            return False
-        self._check_status(response, what)
-        return True
-
-    def push_blob(self, data: bytes) -> str:
-        """Upload ``data`` as one blob (POST, then one monolithic PUT) unless the repository
-        already has it; return its digest."""
-        digest = sha256_digest(data)
-        if self.has_blob(digest):
-            return digest
-        where = f"{self.ref.api_host}/{self.ref.repository}"
-        start = f"{self.base_url}/v2/{self.ref.repository}/blobs/uploads/"
-        what = f"starting a blob upload to {where}"
-        response = self._request(
-            start, {"Content-Length": "0"}, what=what, stream=False, method="POST"
-        )
-        response.close()
-        self._check_push(response, what)
-        location = response.headers.get("Location")
-        if not location:
-            raise SourceError(f"registry {self.ref.api_host} started an upload with no Location")
-        url = _join(start, location, what, self.ref.api_host)
-        if _origin(url) != _origin(self.base_url):
-            raise SourceError(
-                f"registry {self.ref.api_host} sent the upload to another host "
-                f"{_origin(url)[1]!r}; refusing to send credentials there"
-            )
-        url += ("&" if urlsplit(url).query else "?") + urlencode({"digest": digest})
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
-        what = f"uploading blob {digest} to {where}"
-        response = self._request(url, headers, what=what, stream=False, method="PUT", body=data)
-        response.close()
-        self._check_push(response, what)
-        return digest
-
-    def push_manifest(self, reference: str, body: bytes, media_type: str) -> Mapping[str, str]:
-        """PUT a manifest under ``reference`` (a tag or its digest); return the response
-        headers (``Docker-Content-Digest``, and ``OCI-Subject`` from registries with the
-        referrers API)."""
-        url = f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
-        what = f"pushing manifest {reference} to {self.ref.api_host}/{self.ref.repository}"
-        headers = {"Content-Type": media_type, "Content-Length": str(len(body))}
-        response = self._request(url, headers, what=what, stream=False, method="PUT", body=body)
-        response.close()
-        self._check_push(response, what)
-        return response.headers  # case-insensitive
-
-    def referrers_page(self, url: str, accept: str) -> tuple[bytes, Mapping[str, str]] | None:
-        """GET one page of the referrers API (``url`` absolute or ``/v2/...``); None on 404,
-        which is how a registry without the API answers."""
-        url = _join(self.base_url, url, f"referrers of {self.ref.api_host}", self.ref.api_host)
-        if _origin(url) != _origin(self.base_url):
-            raise SourceError(f"registry {self.ref.api_host} paged referrers to another host")
-        what = f"referrers {urlsplit(url).path} of {self.ref.api_host}"
-        response = self._request(url, {"Accept": accept}, what=what, stream=True)
-        if response.status_code == 404:
-            response.close()
-            return None
-        self._check_status(response, what)
-        try:
-            body = self._read_limited(response, MAX_MANIFEST_BYTES, what)
-        finally:
-            response.close()
-        return body, response.headers  # case-insensitive
-
-    def _check_push(self, response: requests.Response, what: str) -> None:
-        """Any 2xx is success; else the registry's first error code and message, quoted."""
-        status = response.status_code
-        if 200 <= status < 300:
-            return
-        if status == 401:
-            raise self._denied(401)
-        if status == 403:
-            raise self._denied(403)
-        detail = ""
-        try:
-            errors = response.json().get("errors") if response.content else None
-            if isinstance(errors, list) and errors and isinstance(errors[0], dict):
-                detail = f": {errors[0].get('code')} {errors[0].get('message')!r}"
-        except (ValueError, AttributeError):
-            pass
-        except TRANSPORT_ERRORS:
-            pass
-        raise SourceError(f"{what}: registry answered HTTP {status}{detail}")

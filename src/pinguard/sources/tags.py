@@ -31,7 +31,9 @@ def list_tags(source: RegistrySource) -> list[str]:
         if pages > MAX_PAGES:
             raise SourceError(f"the tag list of {repo} has more than {MAX_PAGES} pages")
         what = f"the tag list of {source.ref.api_host}/{repo}"
-        body, headers = source._get_small(url, {"Accept": "application/json"}, MAX_PAGE_BYTES, what)
+        body, headers = source.client.get_small(
+            url, {"Accept": "application/json"}, MAX_PAGE_BYTES, what
+        )
         try:
             doc = json.loads(body)
         except ValueError as exc:

@@ -3,7 +3,8 @@
 ``docker-archive:`` and ``oci-archive:`` images are tar files whose members are the image's
 blobs. ``TarIndex`` walks the member headers once, records where each member's data starts
 and how long it is (following symlinks and hard links inside the archive), and then opens any
-member as a ``BinaryIO`` over a fresh file handle bounded to that byte range. A fresh handle per
+member as a ``BinaryIO`` over a fresh file handle bounded to that byte range
+(``pinguard.window.SliceReader``). A fresh handle per
 blob means several blobs can be read at once, from threads or forked worker processes, without
 sharing a file position.
 """
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pinguard.errors import ImageNotFound, LayerError, SourceError
+from pinguard.errors import ImageNotFound, SourceError
+from pinguard.window import SliceReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,49 +35,6 @@ def normalize_member_name(name: str) -> str:
     """``./a//b/`` -> ``a/b``: the form member names are indexed and looked up under."""
     name = posixpath.normpath("/" + name.replace("\\", "/")).lstrip("/")
     return "" if name == "." else name
-
-
-class SliceReader(io.RawIOBase):
-    """A read-only, seekable window ``[offset, offset+size)`` of a file, on its own handle."""
-
-    def __init__(self, path: Path, offset: int, size: int) -> None:
-        super().__init__()
-        self._file = open(path, "rb")  # noqa: SIM115 - owned by this object, closed in close()
-        self._start = offset
-        self._size = size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        remaining = self._size - self._pos
-        if remaining <= 0:
-            return 0
-        view = memoryview(buffer)
-        want = min(len(view), remaining)
-        self._file.seek(self._start + self._pos)
-        n = self._file.readinto(view[:want])
-        if not n:
-            raise LayerError(f"{self._file.name}: archive truncated inside a member")
-        self._pos += n
-        return n
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        if not self.closed:
-            self._file.close()
-        super().close()
 
 
 class TarIndex:

@@ -22,13 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pinguard.fileio import atomic_write
-from pinguard.sources.manifest import (
-    OCI_CONFIG,
-    OCI_INDEX,
-    OCI_LAYER,
-    OCI_MANIFEST,
-    REF_NAME_ANNOTATION,
-)
+from pinguard.sources.manifest import REF_NAME_ANNOTATION
+from pinguard.sources.mediatypes import OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST
 
 MTIME = 1764374400  # 2025-11-29: fixed, so archives are byte-for-byte reproducible
 CREATED = "2025-11-29T00:00:00Z"

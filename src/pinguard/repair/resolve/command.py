@@ -2,8 +2,8 @@
 
 A step's ``created_by`` (``/bin/sh -c pip install --pre --index-url U flashinfer-python==X``,
 ``RUN |1 V=x /bin/sh -c ...``, BuildKit's ``RUN ... # buildkit``) is reduced to its shell
-script (`pinguard.build.history`), split into simple commands (`pinguard.build.shell`) and
-each install among them read as a `pinguard.build.pipcli.InstallCommand`. What of it can be
+script (`pinguard.buildfile.history`), split into simple commands (`pinguard.buildfile.shell`) and
+each install among them read as a `pinguard.buildfile.pipcli.InstallCommand`. What of it can be
 replayed by a resolver here is an `InstallReplay`: the requirements, index options and
 constraint files it names; what cannot be replayed outside the image (requirement files,
 editables and local paths, unexpanded ``$VARS``) is kept as ``skipped`` text rather than
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinguard.build.history import install_commands
-from pinguard.build.pipcli import InstallCommand, read_install
+from pinguard.buildfile.history import install_commands
+from pinguard.buildfile.pipcli import InstallCommand, read_install
 from pinguard.repair.resolve.uv import IndexOptions
 from pinguard.target import parse_requirement
 

@@ -7,7 +7,7 @@ and folding ``PIP_*`` / ``UV_*`` settings from the environment into one `Install
 one parsed form of an install command line. The Dockerfile lint, the resolver's replay of
 history steps and ``pinguard plan`` all read install commands through `read_install`. It also
 recognises a ``pinguard guard`` call (`is_guard_call`), which the lint and the guard's step
-names look for. Input is a list of words; splitting shell text is `pinguard.build.shell`'s.
+names look for. Input is a list of words; splitting shell text is `pinguard.buildfile.shell`'s.
 """
 
 from __future__ import annotations

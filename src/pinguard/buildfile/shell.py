@@ -6,7 +6,7 @@ replay of history steps, the guard's step names): operators (``&&``, ``||``, ``;
 ``${...}`` and backquotes whole, ``\\``-newline continuations and ``#`` comments; grouping the
 tokens into `SimpleCommand` values (words, redirections, the separator that ended each); and
 POSIX quote removal (`unquote`) for readers that do not expand variables. Expansion with known
-values (ARG and ENV) is the Dockerfile's business (`pinguard.build.dockerfile.expand_word`).
+values (ARG and ENV) is the Dockerfile's business (`pinguard.buildfile.dockerfile.expand_word`).
 Token offsets index the original text, so a caller can map a command back to its lines.
 """
 

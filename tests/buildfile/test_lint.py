@@ -1,4 +1,4 @@
-"""Tests for pinguard.build.lint: install commands found in RUN steps and each rule with its line."""
+"""Tests for pinguard.buildfile.lint: install commands found in RUN steps and each rule with its line."""
 
 # ruff: noqa: E501  (table rows read better on one line each)
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import TypedDict
 
 import pytest
 
-from pinguard.build.dockerfile import parse
-from pinguard.build.lint import find_installs, lint
+from pinguard.buildfile.dockerfile import parse
+from pinguard.buildfile.lint import find_installs, lint
 from pinguard.cli import main
 from pinguard.models import Severity
-from pinguard.report.lint import render
+from pinguard.report.formats import render_lint as render
 
 C = "-c /c.txt"
 

@@ -7,7 +7,7 @@ instructions; BuildKit writes ``RUN /bin/sh -c pip install x # buildkit``, ``RUN
 /bin/sh -c ...`` and ``ENV A=b``. This module owns peeling that off (`command_text`, and
 `strip_build_args` for display that keeps the shell), and aligning an image's steps with the
 instructions of the Dockerfile that built it (`dockerfile_step_lines`). Reading the command's
-words is `pinguard.build.shell`'s; reading an install in them is `pinguard.build.pipcli`'s.
+words is `pinguard.buildfile.shell`'s; reading an install in them is `pinguard.buildfile.pipcli`'s.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pinguard.build.dockerfile import parse
-from pinguard.build.pipcli import InstallCommand, read_install
-from pinguard.build.shell import split_commands
+from pinguard.buildfile.dockerfile import parse
+from pinguard.buildfile.pipcli import InstallCommand, read_install
+from pinguard.buildfile.shell import split_commands
 from pinguard.models import Step
 
 # "RUN ", "|2 A=1 B=2 ", "/bin/sh -c " (or bash), each optional, in that order.

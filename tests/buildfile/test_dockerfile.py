@@ -1,4 +1,4 @@
-"""Tests for pinguard.build.dockerfile: directives, continuations, heredocs, forms, stages."""
+"""Tests for pinguard.buildfile.dockerfile: directives, continuations, heredocs, forms, stages."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.build.dockerfile import (
+from pinguard.buildfile.dockerfile import (
     Dockerfile,
     Instruction,
     InvalidDockerfile,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.build.guard import (
+from pinguard.cli import main
+from pinguard.guard import (
     DEFAULT_STATE,
     STATE_SCHEMA,
     GuardState,
@@ -20,7 +21,6 @@ from pinguard.build.guard import (
     state_to_json,
     step_name_from_script,
 )
-from pinguard.cli import main
 from pinguard.policy.model import default_policy
 
 SITE = "usr/local/lib/python3.11/dist-packages"

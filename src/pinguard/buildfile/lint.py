@@ -2,9 +2,9 @@
 
 `find_installs` walks every RUN instruction of a `Dockerfile` (shell form, exec form with
 ``sh -c``, and heredoc scripts run by the shell), splits the shell text into simple commands
-(`pinguard.build.shell`), expands ``$VAR`` with the ARG/ENV values in effect plus inline
+(`pinguard.buildfile.shell`), expands ``$VAR`` with the ARG/ENV values in effect plus inline
 assignments, ``env NAME=...`` and ``export``, and reads each ``pip install``, ``python -m pip
-install`` or ``uv pip install`` as a `pinguard.build.pipcli.InstallCommand`. `lint` applies the
+install`` or ``uv pip install`` as a `pinguard.buildfile.pipcli.InstallCommand`. `lint` applies the
 rules in `RULES` to those commands and returns `LintFinding` values (a policy `Finding` plus
 the Dockerfile location: the physical line of the command and the first and last line of its
 instruction), sorted so two runs give identical output. Policy facts come in as plain
@@ -31,8 +31,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from pinguard.build.dockerfile import Dockerfile, Instruction, expand_word
-from pinguard.build.pipcli import (
+from pinguard.buildfile.dockerfile import Dockerfile, Instruction, expand_word
+from pinguard.buildfile.pipcli import (
     ASSIGNMENT,
     InstallCommand,
     basename,
@@ -41,7 +41,7 @@ from pinguard.build.pipcli import (
     read_install,
     strip_wrappers,
 )
-from pinguard.build.shell import SHELLS, simple_commands, tokenize
+from pinguard.buildfile.shell import SHELLS, simple_commands, tokenize
 from pinguard.models import Finding, Severity
 from pinguard.target import parse_requirement
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from pinguard.audit.diff import diff_environments
 from pinguard.audit.pipeline import audit_directory
-from pinguard.build.pipcli import is_guard_call
-from pinguard.build.shell import (
+from pinguard.buildfile.pipcli import is_guard_call
+from pinguard.buildfile.shell import (
     LIST_SEPARATORS,
     SHELLS,
     SimpleCommand,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pinguard.build.pipcli import (
+from pinguard.buildfile.pipcli import (
     InstallCommand,
     is_guard_call,
     parse_install,

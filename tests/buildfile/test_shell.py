@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from pinguard.build.shell import Token, simple_commands, split_commands, tokenize, unquote
+from pinguard.buildfile.shell import Token, simple_commands, split_commands, tokenize, unquote
 
 
 def test_tokens_and_offsets() -> None:

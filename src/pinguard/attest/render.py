@@ -1,4 +1,6 @@
-"""Rendering a ``VerifyResult``: a plain-text table and the versioned JSON document.
+"""Rendering a ``VerifyResult`` (`pinguard.attest.verify`): a plain-text table and the
+versioned JSON document. It lives in attest/, beside what it renders, so that report/ never
+imports attest/ (attest embeds report.json's audit document, so it sits above report/).
 
 The JSON (schema ``pinguard/verify/v1``, shipped as ``schemas/verify-v1.schema.json``) lists
 every attestation found for the image digest with its reasons; the order is the result's
@@ -8,10 +10,9 @@ every attestation found for the image digest with its reasons; the order is the 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # attest/ embeds report.json's audit document; no import cycle at run time
-    from pinguard.attest.verify import AttestationCheck, VerifyResult
+from pinguard.attest.verify import AttestationCheck, VerifyResult
 
 SCHEMA_ID = "pinguard/verify/v1"
 

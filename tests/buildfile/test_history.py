@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pinguard.build.history import command_text, dockerfile_step_lines, strip_build_args
+from pinguard.buildfile.history import command_text, dockerfile_step_lines, strip_build_args
 from pinguard.models import Step
 
 

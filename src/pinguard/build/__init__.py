@@ -1,1 +1,0 @@
-"""Builds: Dockerfile parsing, pip/uv command lines, lint rules and the in-build guard."""

@@ -1,0 +1,132 @@
+"""The import graph of ``src/pinguard``: no module imports itself back, through any path, and
+no package (``pinguard.<name>``) does either; layers/ never names the catalog above it.
+
+Every ``import`` statement counts, at module level or inside a function (a lazy import is
+still a loop), read with ``ast`` from the source files.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "pinguard"
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
+    def owner(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in modules
+                    else node.module
+                    for a in node.names
+                ]
+            for target in targets:
+                if target.startswith("pinguard"):
+                    edges[name].add(owner(target))
+        edges[name] -= {name, "pinguard"}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_loop() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_back() -> None:
+    assert _cycles(_edges(_modules())) == []
+
+
+def test_no_package_imports_itself_back() -> None:
+    def package(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    packages: dict[str, set[str]] = {}
+    for name, targets in _edges(_modules()).items():
+        packages.setdefault(package(name), set()).update(
+            package(t) for t in targets if package(t) != package(name)
+        )
+    assert _cycles(packages) == []
+
+
+def test_layers_never_names_the_catalog() -> None:
+    """Not by an import, nor by a string handed to ``import_module``."""
+    for path in sorted((SRC / "layers").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        strings = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+        named = [s for s in strings if s.startswith("pinguard.catalog")]
+        assert named == [], path.name
+    edges = _edges(_modules())
+    assert not any(
+        t.startswith("pinguard.catalog")
+        for m, ts in edges.items()
+        if m.startswith("pinguard.layers")
+        for t in ts
+    )
