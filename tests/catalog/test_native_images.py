@@ -225,3 +225,49 @@ def test_cli_audit_exit_code(layout: Path, tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     rules = {f["rule"] for f in json.loads(proc.stdout)["findings"]}
     assert {"native-duplicate", "native-mismatch", "variant-change"} <= rules
+
+
+def test_probe_observes_the_loader_and_a_soname_loaded_first_wins(images: NativeImages) -> None:
+    """pinguard probe runs the image's Python: loading torch's library maps the wheel's NCCL
+    through DT_RPATH, as predicted; loading the deb's NCCL by path first makes glibc reuse
+    it for torch's NEEDED (elf/dl-load.c), which the search order cannot see: a finding."""
+    from pinguard.probe import probe
+
+    result, _audit = probe(images.two_nccl, [("load", TORCH_CUDA)])
+    (row,) = [r for r in result.rows if r.soname == "libnccl.so.2"]
+    assert (row.observed, row.predicted, row.basis) == (WHEEL_NCCL, (WHEEL_NCCL,), "search")
+    assert row.agrees
+
+    result, _audit = probe(images.two_nccl, [("load", DEB_NCCL), ("load", TORCH_CUDA)])
+    (row,) = [r for r in result.rows if r.soname == "libnccl.so.2"]
+    assert row.observed == DEB_NCCL
+    assert WHEEL_NCCL in row.predicted
+    assert not row.agrees
+    assert result.disagreements == (row,)
+
+
+def test_probe_command_exits_1_on_a_disagreement(images: NativeImages) -> None:
+    """The CLI prints both files and exits 1 when the process mapped another copy."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pinguard",
+            "probe",
+            images.two_nccl,
+            "--load",
+            DEB_NCCL,
+            "--load",
+            TORCH_CUDA,
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["agrees"] is False
+    (lib,) = [x for x in doc["libraries"] if x["soname"] == "libnccl.so.2"]
+    assert lib["observed"] == DEB_NCCL

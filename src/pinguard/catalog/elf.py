@@ -203,7 +203,7 @@ class ElfScanner:
             return
         for piece in self._pieces:
             piece.take(at, data)
-        self._peak = max(self._peak, self.kept())
+        self._note_peak()
         if self._elf is None:
             magic = self._read(0, 4)
             if len(magic) < 4:
@@ -216,7 +216,7 @@ class ElfScanner:
         while self._problem is None and self._advance(at):
             for piece in self._pieces:
                 piece.take(at, data)
-            self._peak = max(self._peak, self.kept())
+            self._note_peak()
         if self._found is None and self._banners:
             self._scan(bytes(data))
 
@@ -401,6 +401,10 @@ class ElfScanner:
         self._tail = window[-_BANNER_OVERLAP:]
 
     # -- results ---------------------------------------------------------------------------
+    def _note_peak(self) -> None:
+        memory, spilled = self.kept()
+        self._peak = (max(self._peak[0], memory), max(self._peak[1], spilled))
+
     def peak(self) -> tuple[int, int]:
         """The most (bytes in memory, bytes in temporary files) kept at any one time."""
         return self._peak
