@@ -96,12 +96,12 @@ def main() -> int:
 
     from tests.infra.registry import build_oci_layout, start_registry
 
-    from pinguard.attest import dsse
-    from pinguard.attest.keys import load_private_key, load_public_key
     from pinguard.attest.statement import PREDICATE_TYPE, build_statement, statement_bytes
     from pinguard.attest.store import find_attestations, push_attestation
     from pinguard.attest.verify import Demands, check_envelope, verify
     from pinguard.models import AuditResult, Severity
+    from pinguard.signing import dsse
+    from pinguard.signing.keys import load_private_key, load_public_key
     from pinguard.sources.interface import SourceOptions
     from pinguard.sources.registry import RegistrySource
 

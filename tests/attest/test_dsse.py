@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.attest import dsse
-from pinguard.attest.keys import key_id, load_private_key, load_public_key
 from pinguard.errors import EnvelopeError
+from pinguard.signing import dsse
+from pinguard.signing.keys import key_id, load_private_key, load_public_key
 from tests.attest.conftest import Keys
 from tests.infra.tools import require_tool
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.attest.keys import load_private_key, load_public_key
 from pinguard.errors import EXIT_USAGE, KeyFileError
+from pinguard.signing.keys import load_private_key, load_public_key
 from tests.attest.conftest import ENCRYPTED_PASSWORD, Keys
 from tests.infra.tools import require_tool
 

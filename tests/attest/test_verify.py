@@ -12,12 +12,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pinguard.attest import dsse
 from pinguard.attest import render as report
-from pinguard.attest.keys import load_private_key, load_public_key
 from pinguard.attest.statement import PREDICATE_TYPE
 from pinguard.attest.store import Candidate
 from pinguard.attest.verify import Demands, check_envelope, verify
+from pinguard.signing import dsse
+from pinguard.signing.keys import load_private_key, load_public_key
 from tests.attest.conftest import Keys
 
 IMAGE = "sha256:" + "1f" * 32

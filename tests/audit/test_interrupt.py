@@ -88,6 +88,8 @@ def _start(front: HTTPFront, home: Path, jobs: int = 2) -> subprocess.Popen[str]
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a run started in the background inherits SIGINT ignored: take Ctrl-C as a terminal does
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         env={**os.environ, "HOME": str(home)},
         start_new_session=True,  # its own process group, as a shell job would be
     )

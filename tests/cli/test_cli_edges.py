@@ -273,6 +273,8 @@ def test_ctrl_c_exits_130(silent_server: tuple[int, threading.Event], tmp_path: 
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "HOME": str(tmp_path)},
+        # a run started in the background inherits SIGINT ignored: take Ctrl-C as a terminal does
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert connected.wait(60), "pinguard never connected"

@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pinguard.attest.dsse import ENVELOPE_MEDIA_TYPE, IN_TOTO_PAYLOAD_TYPE, MAX_ENVELOPE_BYTES
 from pinguard.errors import SourceError
+from pinguard.signing.dsse import ENVELOPE_MEDIA_TYPE, IN_TOTO_PAYLOAD_TYPE, MAX_ENVELOPE_BYTES
 from pinguard.sources.referrers import (
     Attached,
     Descriptor,

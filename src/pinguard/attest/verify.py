@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pinguard.attest import dsse
 from pinguard.attest.statement import KNOWN_PREDICATE_TYPES, AttestedAudit, read_statement
 from pinguard.attest.store import Candidate
 from pinguard.errors import EnvelopeError
+from pinguard.signing import dsse
 
 CLOCK_SKEW = _dt.timedelta(minutes=5)
 

@@ -66,8 +66,6 @@ def attestation_time() -> _dt.datetime:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.attest import dsse
-    from pinguard.attest.keys import load_private_key
     from pinguard.attest.statement import (
         PREDICATE_TYPE,
         build_statement,
@@ -75,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         policy_digests,
         statement_bytes,
     )
+    from pinguard.signing import dsse
+    from pinguard.signing.keys import load_private_key
 
     if not args.policy or "none" in args.policy:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")

@@ -72,10 +72,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pinguard.attest import render as report
-    from pinguard.attest.keys import load_public_key
     from pinguard.attest.statement import policy_digests
     from pinguard.attest.store import find_attestations
     from pinguard.attest.verify import Demands, VerifyResult, check_envelope, verify
+    from pinguard.signing.keys import load_public_key
     from pinguard.sources.registry import RegistrySource
 
     key = load_public_key(args.key)

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.fleet.task import WorkerSettings, configure
 
     if args.attest_key is not None:
-        from pinguard.attest.keys import load_private_key
+        from pinguard.signing.keys import load_private_key
 
         load_private_key(args.attest_key)  # a bad key fails now, not in every task
     configure(

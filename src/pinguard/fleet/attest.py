@@ -29,8 +29,6 @@ def attest_result(
     allow_no_python: bool,
     insecure_registries: tuple[str, ...] = (),
 ) -> str | None:
-    from pinguard.attest import dsse
-    from pinguard.attest.keys import load_private_key
     from pinguard.attest.statement import (
         PREDICATE_TYPE,
         build_statement,
@@ -39,6 +37,8 @@ def attest_result(
         statement_bytes,
     )
     from pinguard.attest.store import push_attestation
+    from pinguard.signing import dsse
+    from pinguard.signing.keys import load_private_key
     from pinguard.sources.interface import SourceOptions
     from pinguard.sources.registry import RegistrySource
 

@@ -19,9 +19,13 @@ import hashlib
 import json
 from collections.abc import Iterable
 from functools import cache
-from importlib import import_module
+from importlib import import_module, resources
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
 
 from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerAnalysis
@@ -46,13 +50,22 @@ def _sources(module: ModuleType) -> list[tuple[str, bytes]]:
         raise RuntimeError(f"module {module.__name__!r} has no file: cannot key the layer cache")
     path = Path(file)
     if not hasattr(module, "__path__"):
-        return [(module.__name__, path.read_bytes())]
-    root = path.parent
-    out = [
-        (f"{module.__name__}/{p.relative_to(root).as_posix()}", p.read_bytes())
-        for p in sorted(root.rglob("*"))
-        if p.suffix in {".py", ".pyc"} and "__pycache__" not in p.parts
-    ]
+        loader = getattr(module.__spec__, "loader", None)
+        get_data = getattr(loader, "get_data", None)  # a file on disk or inside a zipapp
+        return [(module.__name__, get_data(file) if get_data else path.read_bytes())]
+    # importlib.resources walks a package on disk and inside a zipapp alike (the in-build
+    # guard runs from pinguard.pyz, where the files are no paths)
+    out: list[tuple[str, bytes]] = []
+
+    def walk(node: Traversable, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            if child.is_dir():
+                if child.name != "__pycache__":
+                    walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith((".py", ".pyc")):
+                out.append((f"{module.__name__}/{prefix}{child.name}", child.read_bytes()))
+
+    walk(resources.files(module.__name__), "")
     if not out:
         raise RuntimeError(f"package {module.__name__!r} has no module files to key the cache")
     return out

@@ -26,14 +26,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pinguard.layers.analysis import LayerAnalysis
+from pinguard.layers.cachebackend import (
+    MAX_ENTRY_BYTES,
+    CacheBackend,
+    CacheUnavailable,
+    EntryRejected,
+)
 
 ENTRY_FORMAT = "pinguard/layer-cache-entry/1"
 ENTRY_PAYLOAD_TYPE = "application/vnd.pinguard.layer-cache-entry+json"
-MAX_ENTRY_BYTES = 64 << 20
-
-
-class CacheUnavailable(Exception):
-    """A backend could not be reached or answered an error (caught in this module)."""
 
 
 class LayerStore(Protocol):
@@ -42,15 +43,6 @@ class LayerStore(Protocol):
     def get(self, digest: str) -> LayerAnalysis | None: ...
     def put(self, analysis: LayerAnalysis) -> None: ...
     def report(self) -> tuple[str, ...]: ...
-
-
-class CacheBackend(Protocol):
-    """Bytes by name in some shared place; raises ``CacheUnavailable`` when unreachable and
-    may raise ``EntryRejected`` when what it holds under a name is no entry at all."""
-
-    def describe(self) -> str: ...
-    def load(self, name: str) -> bytes | None: ...
-    def save(self, name: str, data: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +80,12 @@ def encode_entry(analysis: LayerAnalysis, key: str, analyzers: Sequence[str]) ->
     return _canonical(body)
 
 
-class EntryRejected(Exception):
-    """Why an entry read from a shared backend is not used (the message says)."""
-
-
 def decode_entry(
     data: bytes, digest: str, key: str, analyzers: Sequence[str], trusted: Sequence[Any] = ()
 ) -> LayerAnalysis:
     """The analysis in ``data`` when every check passes; else ``EntryRejected``."""
-    from pinguard.attest import dsse
     from pinguard.errors import EnvelopeError
+    from pinguard.signing import dsse
 
     if len(data) > MAX_ENTRY_BYTES:
         raise EntryRejected(f"larger than {MAX_ENTRY_BYTES} bytes")
@@ -184,14 +172,14 @@ class VerifiedCache:
 
     def _trusted_keys(self) -> list[Any]:
         if self._trusted is None:
-            from pinguard.attest.keys import load_public_key
+            from pinguard.signing.keys import load_public_key
 
             self._trusted = [load_public_key(p) for p in self.keys.trusted]
         return list(self._trusted)
 
     def _signing_key(self) -> Any:
         if self._signer is None and self.keys.signing_key is not None:
-            from pinguard.attest.keys import load_private_key
+            from pinguard.signing.keys import load_private_key
 
             self._signer = load_private_key(self.keys.signing_key)
         return self._signer
@@ -234,7 +222,7 @@ class VerifiedCache:
         data = encode_entry(analysis, self.key, self.analyzers)
         signer = self._signing_key()
         if signer is not None:
-            from pinguard.attest import dsse
+            from pinguard.signing import dsse
 
             data = dsse.sign(data, signer, ENTRY_PAYLOAD_TYPE).to_json().encode("utf-8")
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pinguard.layers.cachestore import CacheUnavailable
+from pinguard.layers.cachebackend import CacheUnavailable
 
 PREFIX = "pinguard::layer::"
 PASSWORD_ENV = "PINGUARD_CACHE_PASSWORD"

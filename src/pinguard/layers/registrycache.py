@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
-from pinguard.layers.cachestore import MAX_ENTRY_BYTES, CacheUnavailable, EntryRejected
+from pinguard.layers.cachebackend import MAX_ENTRY_BYTES, CacheUnavailable, EntryRejected
 
 ARTIFACT_TYPE = "application/vnd.pinguard.layer-cache-entry.v1+json"
 ENTRY_MEDIA_TYPE = "application/vnd.pinguard.layer-cache-entry+json"

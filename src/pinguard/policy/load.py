@@ -291,7 +291,8 @@ class _Reader:
             spec = SpecifierSet(raw)
         except (InvalidSpecifier, InvalidVersion):
             spec = None
-        if spec is None or not raw:
+        # packaging 26 parses "===" (arbitrary equality with nothing) without complaint
+        if spec is None or not raw or any(not s.version.strip() for s in spec):
             self.problem(path, f"{self.dotted(path)}: invalid version or specifier {raw!r}")
             return None
         return spec

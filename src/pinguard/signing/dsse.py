@@ -21,8 +21,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pinguard.attest.keys import key_id
 from pinguard.errors import EnvelopeError
+from pinguard.signing.keys import key_id
 
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"

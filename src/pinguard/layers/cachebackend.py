@@ -1,0 +1,32 @@
+"""What a shared cache backend is: bytes by name, and the two ways it can fail.
+
+``CacheBackend`` is the contract the Redis and registry backends implement
+(``pinguard.layers.rediscache``, ``pinguard.layers.registrycache``); ``CacheUnavailable``
+says a backend could not be reached, ``EntryRejected`` why an entry read is not used, and
+``MAX_ENTRY_BYTES`` bounds what one entry may hold. ``pinguard.layers.cachestore`` builds the
+verified cache on top; keeping these here lets the backends sit below it without importing it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+#: The most bytes one shared entry may hold.
+MAX_ENTRY_BYTES = 64 << 20
+
+
+class CacheUnavailable(Exception):
+    """A backend could not be reached or answered an error (caught by the verified cache)."""
+
+
+class EntryRejected(Exception):
+    """Why an entry read from a shared backend is not used (the message says)."""
+
+
+class CacheBackend(Protocol):
+    """Bytes by name in some shared place; raises ``CacheUnavailable`` when unreachable and
+    may raise ``EntryRejected`` when what it holds under a name is no entry at all."""
+
+    def describe(self) -> str: ...
+    def load(self, name: str) -> bytes | None: ...
+    def save(self, name: str, data: bytes) -> None: ...
