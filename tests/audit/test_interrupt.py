@@ -16,13 +16,13 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.infra.cli import PINGUARD_WITH_CTRL_C
 from tests.infra.registry import HTTPFront, Layout, RegistryServer, build_oci_layout, start_registry
 
 pytestmark = pytest.mark.integration
@@ -76,9 +76,7 @@ def _running(pid: int) -> bool:
 def _start(front: HTTPFront, home: Path, jobs: int = 2) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "pinguard",
+            *PINGUARD_WITH_CTRL_C,
             "audit",
             f"docker://{front.address}/app/slow:v1",
             "--no-cache",
@@ -88,8 +86,6 @@ def _start(front: HTTPFront, home: Path, jobs: int = 2) -> subprocess.Popen[str]
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # a run started in the background inherits SIGINT ignored: take Ctrl-C as a terminal does
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         env={**os.environ, "HOME": str(home)},
         start_new_session=True,  # its own process group, as a shell job would be
     )

@@ -32,6 +32,7 @@ from pinguard.cli import main
 from pinguard.layers.cache import entry_digest
 from pinguard.models import ChangeKind
 from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
+from tests.infra.cli import PINGUARD_WITH_CTRL_C
 
 NCCL_ROW = "│ nvidia-nccl-cu13   │ downgraded │ 2.30.3 -> 2.29.7 "
 
@@ -268,13 +269,11 @@ def test_ctrl_c_exits_130(silent_server: tuple[int, threading.Event], tmp_path: 
     """SIGINT while waiting on a registry: one error line and exit 130, no traceback."""
     port, connected = silent_server
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pinguard", "audit", f"docker://127.0.0.1:{port}/x:y", "--no-cache"],
+        [*PINGUARD_WITH_CTRL_C, "audit", f"docker://127.0.0.1:{port}/x:y", "--no-cache"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "HOME": str(tmp_path)},
-        # a run started in the background inherits SIGINT ignored: take Ctrl-C as a terminal does
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert connected.wait(60), "pinguard never connected"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 
 from pinguard.cli import main
 
@@ -24,3 +25,13 @@ def cli(*argv: str) -> tuple[int, str]:
     """Run ``pinguard argv...``; (exit code, stdout followed by stderr)."""
     code, out, err = cli_streams(*argv)
     return code, out + err
+
+
+#: ``python -m pinguard`` taking Ctrl-C as a terminal's job does even when the test run itself
+#: was started in the background, where SIGINT arrives ignored and Python keeps it ignored.
+PINGUARD_WITH_CTRL_C = (
+    sys.executable,
+    "-c",
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'pinguard'; runpy.run_module('pinguard', run_name='__main__')",
+)

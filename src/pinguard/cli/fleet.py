@@ -94,8 +94,8 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 
 def _emit(args: argparse.Namespace, records: list) -> int:  # type: ignore[type-arg]
-    from pinguard.fleet.summary import summarize
     from pinguard.fleet.render import FLEET_FORMATS
+    from pinguard.fleet.summary import summarize
 
     summary = summarize(records, tuple(args.package) or DEFAULT_PACKAGES)
     text = FLEET_FORMATS[args.format](summary)
