@@ -159,7 +159,7 @@ def test_memory_bounded_by_caps(libs: dict[str, Path]) -> None:
         scanner.feed(view[i : i + (1 << 20)])
     memory, spilled = scanner.peak()
     assert memory <= elf.SPOOL_MEMORY * 2, memory
-    assert memory + spilled < 34 << 20, (memory, spilled)  # not the 40 MB in between
+    assert spilled <= elf.STRTAB_WINDOW, spilled  # the in-case window, not the 40 MB between
     assert scanner.kept() < (1 << 20, 1)  # only the strings are left
     facts = scanner.finish()
     assert facts is not None

@@ -32,7 +32,13 @@ SMALL = (
 #: the NCCL wheel it loads through DT_RPATH.
 LARGE = ("torch==2.14.1", "nvidia-nccl-cu13==2.30.7")
 
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+#: pip matches platform tags exactly: every glibc manylinux tag up to Debian 12's 2.36.
+PLATFORMS = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
 
 
 def real_wheels(specs: Sequence[str]) -> list[Path]:
