@@ -176,10 +176,13 @@ def test_auth_password_from_the_environment(
 
 
 def test_cli_audit_with_a_cache_nobody_listens_on_completes_and_says_so(
-    demo: str, capsys: pytest.CaptureFixture[str]
+    demo: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
-    code = main(["audit", demo, "--cache", url, "--policy", "none", "-f", "json"])
+    # a fresh local cache directory: a replay entry left by an earlier run would answer
+    # before the shared cache is asked
+    local = ["--cache-dir", str(tmp_path / "local")]
+    code = main(["audit", demo, "--cache", url, *local, "--policy", "none", "-f", "json"])
     out = capsys.readouterr().out
     assert code == 0
     doc = json.loads(out)
