@@ -163,25 +163,18 @@ def compare(
         soname = (lib.soname if lib and lib.soname else None) or base
         if not any(fnmatch.fnmatchcase(soname, w) for w in watched):
             continue
-        predicted: set[str] = set()
-        bases: set[str] = set()
+        # what the loaded packages' consumers resolve it to, by basis: a preload decides
+        # before any search, so when one applies it is the prediction
+        by_basis: dict[str, set[str]] = {}
         for res in result.final.resolutions:
             if res.needed != soname or res.real is None:
                 continue
             consumer = libs.get(res.consumer)
             owner = canonicalize_name(consumer.owner) if consumer and consumer.owner else None
             if res.consumer in loaded or (owner is not None and owner in imported):
-                predicted.add(res.real)
-                bases.add(res.basis)
-        preloads = {r for r in predicted if "preload" in bases}
-        basis = "preload" if "preload" in bases else ("search" if bases else "")
-        if basis == "preload":
-            chosen = {
-                res.real
-                for res in result.final.resolutions
-                if res.needed == soname and res.basis == "preload" and res.real in preloads
-            }
-            predicted = {p for p in chosen if p is not None}
+                by_basis.setdefault(res.basis, set()).add(res.real)
+        basis = "preload" if "preload" in by_basis else ("search" if by_basis else "")
+        predicted = by_basis.get(basis, set())
         rows.append(ProbeRow(soname, path, tuple(sorted(predicted)), basis))
     rows.sort(key=lambda r: (r.soname, r.observed))
     return ProbeResult(image, tuple(loads), tuple(rows), tuple(mapped))

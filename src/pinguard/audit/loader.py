@@ -179,7 +179,6 @@ _REQ_NAME = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*")
 
 def _preloaded(
     lib: NativeLibrary,
-    environments: Sequence[Environment],
     loaded: Sequence[Preload],
     requires: Mapping[str, Mapping[str, frozenset[str]]],
 ) -> dict[str, Preload]:
@@ -238,7 +237,7 @@ def resolve_state(
     for lib in sorted(libs, key=lambda x: x.path):
         if not any(interesting(n) or n in preloaded for n in lib.needed):
             continue
-        first = _preloaded(lib, environments, loaded, requires) if loaded else {}
+        first = _preloaded(lib, loaded, requires) if loaded else {}
         for r in resolve_needed(lib, view, config, by_soname):
             pre = first.get(r.needed)
             if pre is not None:

@@ -102,14 +102,15 @@ def preloads(
 ) -> tuple[Preload, ...]:
     """What importing torch or CuPy loads by path in each environment, in import order."""
     by_path = {lib.path: lib for lib in libs}
-    paths = sorted(by_path)
     out: list[Preload] = []
     for env in environments:
         site = env.real_path or env.path
         dists = env.by_name()
         init = files.get(posixpath.join(site, TORCH_INIT))
         if canonicalize_name("torch") in dists and init is not None:
-            out += _torch(env.path, site, init, files, by_path, paths)
+            # only the environment's own files can match its globs
+            inside = sorted(p for p in by_path if p.startswith(site.rstrip("/") + "/"))
+            out += _torch(env.path, site, init, files, by_path, inside)
         cupy = [d for d in dists.values() if str(d.name).startswith("cupy")]
         wheel_json = files.get(posixpath.join(site, CUPY_WHEEL_JSON))
         if cupy and wheel_json is not None:

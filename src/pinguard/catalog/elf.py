@@ -10,9 +10,11 @@ captured when the stream reaches it, whatever the order: GNU ld and lld put ``.d
 the first ``PT_LOAD`` before ``.dynamic``; patchelf (auditwheel's repair, torch's CI) appends
 a new ``.dynstr`` (and often ``.dynamic``) in a new ``PT_LOAD`` at the end of the file. Since a
 string table placed before the dynamic segment has already streamed past when the dynamic
-segment names it, the scanner keeps the first segment (the "head", up to the dynamic
-segment) in spooled pieces: memory up to ``SPOOL_MEMORY`` each, a temporary file beyond, so
-memory stays bounded whatever the file. A fact that really cannot be read is the object's
+segment names it, the scanner keeps, in case, the start of the segment that starts the file
+and of each read-only segment before the dynamic segment (up to ``STRTAB_WINDOW``), and drops
+them once the wanted strings are located. Every piece is spooled: memory up to
+``SPOOL_MEMORY`` each, a temporary file beyond, so memory stays bounded whatever the file.
+A fact that really cannot be read is the object's
 ``problem``, saying why; nothing is guessed. docs/native.md says why this mechanism was chosen.
 """
 
@@ -221,7 +223,8 @@ class ElfScanner:
             self._scan(bytes(data))
 
     def _advance(self, at: int) -> bool:
-        """Learn what the kept bytes allow; True when new pieces were named."""
+        """Learn what the kept bytes allow; True when that made progress (a new piece to
+        fill, or a step done that the chunk at hand may let the next one finish)."""
         try:
             if self._layout is None:
                 return self._read_program_headers(at)
