@@ -210,7 +210,8 @@ class Resolution:
     # (or one it requires) loads this file by path on import, and glibc reuses it
     basis: str = "search"
     preloaded_by: str = ""  # the package and where its code says so (basis "preload")
-    search_real: str | None = None  # what the search order alone would give, if different
+    search_real: str | None = None  # what the search order alone would give (basis "preload")
+    search_via: str = ""  # and the rule by which it would find it (``via``'s values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.infra.build import BuildResult, build_image, mounted_image, remove_image
+from tests.infra.build import (
+    BuildResult,
+    build_image,
+    build_zipapp,
+    mounted_image,
+    remove_image,
+)
 from tests.infra.index import IndexServer
 from tests.infra.paths import REPO
 from tests.infra.scenario import GOOD_STEPS, STEPS, ScenarioStep
@@ -32,17 +36,7 @@ GOOD_TAG = "localhost/pinguard-test/guarded:good"
 def context(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A build context holding a freshly built ``pinguard.pyz`` and the policy."""
     ctx = tmp_path_factory.mktemp("guard-context")
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "build_zipapp.py"),
-            "-o",
-            str(ctx / "pinguard.pyz"),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    build_zipapp(ctx)
     (ctx / "policy.toml").write_text(POLICY)
     return ctx
 

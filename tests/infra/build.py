@@ -395,3 +395,14 @@ def mounted_image(ref: str) -> Iterator[Path]:
             _run(["buildah", "umount", container], timeout=120)
     finally:
         _run(["buildah", "rm", container], timeout=120)
+
+
+def build_zipapp(directory: Path) -> Path:
+    """``directory/pinguard.pyz``: the zipapp of this checkout (scripts/build_zipapp.py), as
+    an in-build guard copies it into an image."""
+    out = directory / "pinguard.pyz"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build_zipapp.py"
+    subprocess.run(
+        [sys.executable, str(script), "-o", str(out)], check=True, capture_output=True, timeout=300
+    )
+    return out

@@ -293,9 +293,14 @@ def build_native_images(work: Path, base_image: str, index_url: str, tag: str) -
     return NativeImages(f"{tag}:two-nccl", f"{tag}:mismatched", (*steps, MISMATCH_STEP))
 
 
-def loader_list(image: str, target: str) -> dict[str, str]:
+def loader_list(image: str, target: str, *, missing_ok: bool = False) -> dict[str, str]:
     """Run the image's own loader on ``target`` (``ld.so --list``) inside a container of
-    ``image`` (``buildah run``, so the image config's Env applies); {NEEDED: path}."""
+    ``image`` (``buildah run``, so the image config's Env applies); {NEEDED: path}.
+
+    ``ld.so --list`` stops at a library it cannot find; with ``missing_ok`` the image's
+    ``ldd`` runs the same loader in its trace mode, which lists what it found and prints
+    ``not found`` for the rest (``libcuda.so.1``: the driver, which a GPU runtime mounts into
+    the container; no image carries it)."""
     buildah = require_tool("buildah")
     container = (
         subprocess.run(
@@ -313,8 +318,7 @@ def loader_list(image: str, target: str) -> dict[str, str]:
                 "chroot",
                 container,
                 "--",
-                "/lib64/ld-linux-x86-64.so.2",
-                "--list",
+                *(["ldd"] if missing_ok else ["/lib64/ld-linux-x86-64.so.2", "--list"]),
                 target,
             ],
             check=False,

@@ -44,9 +44,10 @@ RUN pip install --index-url $INDEX_URL {TORCH}
 """
 
 
-def torch_wheelhouse() -> Path:
-    """A directory holding torch 2.14.1's wheel and its dependency closure (downloaded once)."""
-    target = cache_dir() / "real-wheels" / "torch-image"
+def torch_wheelhouse(version: str = "2.14.1") -> Path:
+    """A directory holding torch ``version``'s wheel and its dependency closure (downloaded
+    once: pip resolves torch's exact nvidia-* pins for Linux)."""
+    target = cache_dir() / "real-wheels" / f"torch-{version}"
     with file_lock(cache_dir() / "torch-wheelhouse.lock"):
         done = target / ".complete"
         if done.exists():
@@ -56,7 +57,7 @@ def torch_wheelhouse() -> Path:
         cmd += ["--python-version", "3.11", "-d", str(target)]
         for platform in (*PLATFORMS, "any"):
             cmd += ["--platform", platform]
-        subprocess.run([*cmd, TORCH, NCCL], check=True, capture_output=True, timeout=3600)
+        subprocess.run([*cmd, f"torch=={version}"], check=True, capture_output=True, timeout=3600)
         done.write_text("ok\n")
         return target
 

@@ -252,6 +252,7 @@ def resolve_state(
                         basis="preload",
                         preloaded_by=f"{pre.package} ({pre.source})",
                         search_real=r.real,
+                        search_via=r.via,
                     )
                 )
             elif interesting(r.needed):

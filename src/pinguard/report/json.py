@@ -84,7 +84,11 @@ def resolution_dict(r: Resolution) -> JsonObject:
         "directory": r.directory or None,
         "basis": r.basis,
         **({"preloaded_by": r.preloaded_by} if r.preloaded_by else {}),
-        **({"search_order": r.search_real} if r.basis == "preload" else {}),
+        **(
+            {"search_order": r.search_real, "search_via": r.search_via or None}
+            if r.basis == "preload"
+            else {}
+        ),
     }
 
 
