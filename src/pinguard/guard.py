@@ -363,7 +363,7 @@ def guard_result(
     unmet: list[Unmet] = []
     if previous is None:
         for env in now.environments:
-            unmet.extend(unmet_requirements(env, platform))
+            unmet.extend(unmet_requirements(env, platform, now.environments))
     else:
         before = Snapshot(environments=previous.environments)
         paths = sorted({e.path for e in before.environments} | {e.path for e in now.environments})
@@ -371,7 +371,11 @@ def guard_result(
             # the recorded environments carry no requirements, so diff_environments returns
             # every unmet requirement of ``after``; those recorded as unmet are not new
             c, u = diff_environments(
-                before.environment(path), now.environment(path), platform=platform
+                before.environment(path),
+                now.environment(path),
+                platform=platform,
+                before_all=before.environments,
+                after_all=now.environments,
             )
             changes.extend(c)
             unmet.extend(_filter_unmet(u, previous.unmet))
@@ -458,7 +462,7 @@ def run_guard(
         unmet_now = {
             (u.environment, str(u.package), u.requirement)
             for env in current.final.environments
-            for u in unmet_requirements(env, platform)
+            for u in unmet_requirements(env, platform, current.final.environments)
         }
         save_state(
             state_file,

@@ -517,3 +517,49 @@ def test_cause_chains_match_a_full_scan_on_a_requirement_graph() -> None:
         assert causes(change) == expected, change.name
         longest = max(longest, len(expected))
     assert longest >= 2
+
+
+# --------------------------------------------------------------------------- one interpreter
+
+LOCAL = "/usr/local/lib/python3.11/dist-packages"
+APT = "/usr/lib/python3/dist-packages"
+
+
+def _at(path: str, *dists: Distribution, python: str | None = None) -> Environment:
+    return Environment(path, python, tuple(dists))
+
+
+def test_debian_python3_meets_requirements_from_apts_directory() -> None:
+    """pip as root writes /usr/local/lib/python3.11/dist-packages and leaves a requirement
+    that apt's /usr/lib/python3/dist-packages meets (torch 2.11's ``setuptools<82`` with
+    Debian's 66.1.1): met, as pip check says in the real image. A requirement apt's copy
+    does not meet is unmet, naming the version the interpreter imports."""
+    local = _at(LOCAL, dist("torch", "2.11.0", "setuptools<82", "wheel>=1"))
+    apt = _at(APT, dist("setuptools", "66.1.1"), dist("wheel", "0.38.4"))
+    (u,) = unmet_requirements(local, None, (local, apt))
+    assert (u.package, u.requirement, u.installed) == ("torch", "wheel>=1", "0.38.4")
+    # the same environments judged one by one (the old model) miss apt's copies
+    assert {x.requirement for x in unmet_requirements(local, None)} == {"setuptools<82", "wheel>=1"}
+
+
+def test_the_first_directory_on_the_path_wins_and_shadows() -> None:
+    """A copy in /usr/local shadows apt's: requirements are judged against it, and the
+    shadowed copy's own requirements are not judged (it is not the one imported)."""
+    local = _at(LOCAL, dist("app", "1", "lib>=2"), dist("lib", "1.0"))
+    apt = _at(APT, dist("lib", "3.0", "missing>=1"))
+    (u,) = unmet_requirements(local, None, (local, apt))
+    assert (u.requirement, u.installed) == ("lib>=2", "1.0")
+    assert unmet_requirements(apt, None, (local, apt)) == ()
+
+
+def test_other_environments_stay_apart() -> None:
+    """A venv and python.org's site-packages do not import from apt's directory; every
+    Debian python3.X does (/usr/lib/python3/dist-packages is on each one's path)."""
+    venv = _at("/opt/venv/lib/python3.11/site-packages", dist("app", "1", "lib"))
+    org = _at("/usr/local/lib/python3.11/site-packages", dist("app", "1", "lib"))
+    py312 = _at("/usr/local/lib/python3.12/dist-packages", dist("app", "1", "lib"))
+    apt = _at(APT, dist("lib", "1"), python="3.11")
+    envs = (venv, org, py312, apt)
+    assert [u.package for u in unmet_requirements(venv, None, envs)] == ["app"]
+    assert [u.package for u in unmet_requirements(org, None, envs)] == ["app"]
+    assert unmet_requirements(py312, None, envs) == ()

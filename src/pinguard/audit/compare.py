@@ -112,7 +112,7 @@ class Comparison:
         unmet_in_a = {
             (u.environment, u.package, u.requirement)
             for env in self.a.final.environments
-            for u in unmet_requirements(env, self.a.image.platform)
+            for u in unmet_requirements(env, self.a.image.platform, self.a.final.environments)
         }
         steps = []
         for step in self.b.steps:

@@ -5,12 +5,13 @@ local labels such as ``+cu130`` and dev/pre releases sort as pip sorts them; a c
 a legacy, non-PEP 440 version on either side is ``changed``, order unknown), the chain of
 installed requirements that admit a new version and exclude the old one (markers evaluated
 for that environment's Python and the image platform), and the requirements left unmet
-after a step (what ``pip check`` would say, computed offline).
+after a step (what ``pip check`` would say, computed offline: against every environment the
+same interpreter imports from, ``catalog.python.interpreter_path``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -18,6 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
+from pinguard.catalog.python import interpreter_path
 from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform, Unmet
 from pinguard.target import REQUIREMENT_CACHE, cached_requirement, marker_environment
 
@@ -124,8 +126,12 @@ def diff_environments(
     after: Environment | None,
     *,
     platform: Platform | None,
+    before_all: Sequence[Environment] = (),
+    after_all: Sequence[Environment] = (),
 ) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
-    """Changes from ``before`` to ``after`` (one environment) and newly unmet requirements."""
+    """Changes from ``before`` to ``after`` (one environment) and newly unmet requirements
+    (``before_all``/``after_all``: every environment of each state, for what the same
+    interpreter imports from other directories)."""
     either = after if after is not None else before
     path = either.path if either is not None else ""
     old = _pick(before)
@@ -159,10 +165,12 @@ def diff_environments(
                 causes=causes,
             )
         )
-    unmet_before = {(u.package, u.requirement) for u in unmet_requirements(before, platform)}
+    unmet_before = {
+        (u.package, u.requirement) for u in unmet_requirements(before, platform, before_all)
+    }
     unmet = tuple(
         u
-        for u in unmet_requirements(after, platform)
+        for u in unmet_requirements(after, platform, after_all)
         if (u.package, u.requirement) not in unmet_before
     )
     return tuple(changes), unmet
@@ -215,14 +223,24 @@ def _cause_chain(
     return tuple(chain)
 
 
-def unmet_requirements(env: Environment | None, platform: Platform | None) -> tuple[Unmet, ...]:
-    """Every requirement of an installed distribution that the environment does not meet."""
+def unmet_requirements(
+    env: Environment | None, platform: Platform | None, envs: Sequence[Environment] = ()
+) -> tuple[Unmet, ...]:
+    """Every requirement of a distribution in ``env`` that its interpreter does not meet:
+    looked up in the environments of ``envs`` on the same import path, the first on the path
+    winning (a distribution shadowed by an earlier directory is not the one imported, and is
+    not judged), as ``pip check`` does."""
     if env is None:
         return ()
-    installed = _pick(env)
+    installed: dict[NormalizedName, Distribution] = {}
+    for visible in interpreter_path(env, envs):
+        for name, found in _pick(visible).items():
+            installed.setdefault(name, found)
     menv = _menv_key(marker_environment(env.python, platform))
     out: list[Unmet] = []
-    for dist in installed.values():
+    for dist in _pick(env).values():
+        if installed[dist.name] is not dist:
+            continue
         for parsed, _text in _requirements(dist, menv):
             req = parsed.req
             dep = installed.get(parsed.name)

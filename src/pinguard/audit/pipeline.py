@@ -370,7 +370,11 @@ def _diff_snapshots(
     paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
     for path in paths:
         c, u = diff_environments(
-            before.environment(path), after.environment(path), platform=platform
+            before.environment(path),
+            after.environment(path),
+            platform=platform,
+            before_all=before.environments,
+            after_all=after.environments,
         )
         changes.extend(c)
         unmet.extend(u)
