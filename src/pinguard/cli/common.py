@@ -106,7 +106,8 @@ def add_cache_options(g: argparse._ActionsContainer) -> None:
         metavar="URL",
         dest="shared_cache",
         help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB, "
-        "rediss://... (TLS) or registry://HOST/REPO (a cache repository); every entry is "
+        "rediss://... (TLS), registry://HOST/REPO (a cache repository) or file:///DIR (a "
+        "directory workers share); every entry is "
         "verified on read (docs/fleet.md)",
     )
     g.add_argument(

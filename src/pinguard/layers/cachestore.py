@@ -3,7 +3,8 @@
 ``LayerStore`` is what the pipeline reads and writes (``get(digest)``, ``put(analysis)``,
 ``report()``); ``pinguard.layers.cache.LayerCache`` (a directory) is one, and
 ``VerifiedCache`` is the other: a store over any ``CacheBackend`` (bytes by name: Redis in
-``pinguard.layers.rediscache``, a registry repository in ``pinguard.layers.registrycache``)
+``pinguard.layers.rediscache``, a registry repository in ``pinguard.layers.registrycache``,
+a shared directory in ``pinguard.layers.dircache``)
 shared by many hosts. A shared store cannot trust what it reads, so every entry carries the
 layer digest, the full cache key (which covers the analyzers' names, versions, options and
 code) and the analyzers' ``name=version`` list, plus the sha256 of its own canonical JSON;
@@ -238,10 +239,11 @@ class VerifiedCache:
 class CacheSpec:
     """A shared cache as configured (``--cache URL``): picklable, opened per audit.
 
-    ``url``: ``redis://[:PASSWORD@]HOST:PORT/DB`` or ``rediss://`` (TLS), or
-    ``registry://HOST/REPO`` (a cache repository). ``ttl``: seconds an entry lives (Redis;
-    0: forever). TLS files and the password (else ``$PINGUARD_CACHE_PASSWORD``) for Redis;
-    ``insecure`` allows plain HTTP to a registry cache."""
+    ``url``: ``redis://[:PASSWORD@]HOST:PORT/DB`` or ``rediss://`` (TLS),
+    ``registry://HOST/REPO`` (a cache repository) or ``file:///DIR`` (a shared directory).
+    ``ttl``: seconds an entry lives (Redis; 0: forever). TLS files and the password (else
+    ``$PINGUARD_CACHE_PASSWORD``) for Redis; ``insecure`` allows plain HTTP to a registry
+    cache."""
 
     url: str
     keys: FleetKeys = FleetKeys()
@@ -254,6 +256,13 @@ class CacheSpec:
     def backend(self) -> CacheBackend:
         from pinguard.errors import UsageError
 
+        if self.url.startswith("file://"):
+            from pinguard.layers.dircache import DirectoryBackend
+
+            path = self.url[len("file://") :]
+            if not path.startswith("/"):
+                raise UsageError(f"--cache {self.url!r}: expected file:///ABSOLUTE/PATH")
+            return DirectoryBackend(Path(path))
         if self.url.startswith("registry://"):
             from pinguard.layers.registrycache import RegistryBackend
 
@@ -269,8 +278,8 @@ class CacheSpec:
                 tls_key=self.tls_key,
             )
         raise UsageError(
-            f"--cache {self.url!r}: expected redis://HOST:PORT/DB, rediss://... (TLS) or "
-            "registry://HOST/REPO"
+            f"--cache {self.url!r}: expected redis://HOST:PORT/DB, rediss://... (TLS), "
+            "registry://HOST/REPO or file:///DIR"
         )
 
     def open(self, key: str, analyzers: Sequence[str]) -> VerifiedCache:
