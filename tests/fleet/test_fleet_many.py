@@ -15,6 +15,7 @@ was read from Redis, which the test checks from the Redis side too.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +26,9 @@ import redis
 
 from pinguard.cli import main
 from pinguard.fleet.records import ResultStore
-from pinguard.layers.rediscache import PREFIX
+from pinguard.layers.rediscache import LOCK_PREFIX, PREFIX
 from tests.infra.build import BASE_SITE_PACKAGES
-from tests.infra.fleet import start_worker
+from tests.infra.fleet import Worker, start_worker
 from tests.infra.fleetimages import (
     FleetImage,
     ensure_fleet_images,
@@ -55,6 +56,22 @@ def built_fleet(
         yield registry, images, refs
 
 
+def two_workers(
+    tmp_path: Path, broker: RedisServer, cache: RedisServer, results: Path
+) -> list[Worker]:
+    """Two real ``pinguard worker`` processes on the broker, sharing the Redis cache."""
+    return [
+        start_worker(
+            tmp_path / f"w{i}",
+            broker.url(),
+            results,
+            *("--cache", cache.url(), "--jobs", "1"),
+            name=f"w{i}",
+        )
+        for i in range(2)
+    ]
+
+
 def _run(
     tmp_path: Path, refs: list[str], broker: str, results: Path, names: list[str]
 ) -> tuple[int, Any]:
@@ -77,8 +94,8 @@ def test_twenty_images_give_the_installed_matrix_and_a_warm_run_fetches_no_layer
     built_fleet: tuple[RegistryServer, list[FleetImage], dict[str, str]],
 ) -> None:
     """Two workers audit 20 images; the matrix and each record's packages equal what pip
-    installed; a second run on the warm Redis cache fetches no layer blob at all, so over both
-    runs no layer blob is read twice."""
+    installed; the first run fetches each distinct layer once, and a second run on the warm
+    Redis cache fetches no layer blob at all: over both runs no layer blob is read twice."""
     registry, images, refs = built_fleet
     names = sorted({n for image in images for n in image.packages})
     sizes: dict[str, int] = {}
@@ -86,16 +103,7 @@ def test_twenty_images_give_the_installed_matrix_and_a_warm_run_fetches_no_layer
         sizes.update(layer_sizes(registry, image.name))
     assert len(sizes) == 33  # the base, 2 torch steps, 10 extras steps, 20 apps
     results = tmp_path / "results"
-    workers = [
-        start_worker(
-            tmp_path / f"w{i}",
-            broker.url(),
-            results,
-            *("--cache", cache_redis.url(), "--jobs", "1"),
-            name=f"w{i}",
-        )
-        for i in range(2)
-    ]
+    workers = two_workers(tmp_path, broker, cache_redis, results)
     by_name = {image.name: image for image in images}
     try:
         mark = registry.log_mark()
@@ -131,8 +139,90 @@ def test_twenty_images_give_the_installed_matrix_and_a_warm_run_fetches_no_layer
     assert code2 == code
     assert doc2["images"] == doc["images"]
     assert second == [], [(r.blob, r.status) for r in second]
-    fetched = Counter(r.blob for r in first)
-    assert set(fetched) == set(sizes)  # the first run did read every distinct layer
+    # the first run read every distinct layer once: the in-flight claims kept the two
+    # workers from fetching a shared layer together
+    assert Counter(r.blob for r in first) == Counter(set(sizes))
     assert all(r.status == 200 for r in first)
     # ... and every layer went to Redis, once per distinct layer
     assert len(redis.Redis.from_url(cache_redis.url()).keys(PREFIX + "*")) == len(sizes)
+
+
+def _layer_gets(registry: RegistryServer, mark: int, digests: set[str]) -> Counter[str]:
+    return Counter(
+        r.blob for r in registry.requests(mark) if r.method == "GET" and r.blob in digests
+    )
+
+
+def test_two_workers_on_images_sharing_uncached_layers_fetch_each_once(
+    tmp_path: Path,
+    broker: RedisServer,
+    cache_redis: RedisServer,
+    built_fleet: tuple[RegistryServer, list[FleetImage], dict[str, str]],
+) -> None:
+    """fleet:00 and fleet:02 share the base and the torch step; two workers start on them
+    together with an empty cache: whoever claims a shared layer analyses it, the other
+    waits for its entry, so every layer blob is fetched exactly once (without the claims
+    both workers read the 200 MB base at the same time)."""
+    registry, _, refs = built_fleet
+    pair = [refs["fleet:00"], refs["fleet:02"]]
+    sizes = {**layer_sizes(registry, "fleet:00"), **layer_sizes(registry, "fleet:02")}
+    assert len(sizes) == 6  # base + torch shared; extras and app of each
+    results = tmp_path / "results"
+    workers = two_workers(tmp_path, broker, cache_redis, results)
+    try:
+        mark = registry.log_mark()
+        code, doc = _run(tmp_path, pair, broker.url(), results, ["torch"])
+    finally:
+        for w in workers:
+            w.stop()
+    assert code in (0, 1), "\n".join(w.text()[-2000:] for w in workers)
+    assert doc["counts"]["error"] == 0
+    assert _layer_gets(registry, mark, set(sizes)) == Counter(set(sizes))
+    # both workers took part (one task each), so the two audits did overlap
+    assert all(" succeeded in " in w.text() for w in workers)
+    client = redis.Redis.from_url(cache_redis.url())
+    assert client.keys(LOCK_PREFIX + "*") == []  # every claim dropped
+
+
+def test_a_claim_whose_holder_died_lapses_and_the_worker_analyses_the_layer(
+    tmp_path: Path,
+    broker: RedisServer,
+    cache_redis: RedisServer,
+    built_fleet: tuple[RegistryServer, list[FleetImage], dict[str, str]],
+) -> None:
+    """A claim on the base layer left by a holder that is gone (nobody extends it): the
+    worker analyses the rest of the image, waits for the claim to lapse (``--cache-lock-ttl
+    4``), then takes it and analyses the base itself: the audit completes, the base is
+    fetched once and cached, and nothing is said about waiting too long."""
+    registry, _, refs = built_fleet
+    sizes = layer_sizes(registry, "fleet:04")
+    base = next(iter(sizes))  # the first layer in the manifest is the base
+    client = redis.Redis.from_url(cache_redis.url())
+    results = tmp_path / "results"
+    worker = start_worker(
+        tmp_path / "w",
+        broker.url(),
+        results,
+        *("--cache", cache_redis.url(), "--jobs", "1", "--cache-lock-ttl", "4"),
+    )
+    try:
+        # learn the entry name's key part from a first audit of another image
+        _run(tmp_path, [refs["fleet:01"]], broker.url(), results, ["torch"])
+        names = [k.decode() if isinstance(k, bytes) else k for k in client.keys(PREFIX + "*")]
+        entry = next(k for k in names if base.replace(":", "-") in k)
+        client.delete(entry)  # the base is uncached again
+        client.set(entry.replace(PREFIX, LOCK_PREFIX), "dead-holder", px=4000)
+        mark = registry.log_mark()
+        started = time.monotonic()
+        code, doc = _run(tmp_path, [refs["fleet:04"]], broker.url(), results, ["torch"])
+        elapsed = time.monotonic() - started
+    finally:
+        worker.stop()
+    assert code in (0, 1), worker.text()[-3000:]
+    [row] = doc["images"]
+    assert row["verdict"] in ("pass", "fail")
+    assert not [n for n in row["notes"] if "layer cache" in n]
+    assert elapsed >= 2.0  # it did wait for the claim to lapse
+    assert _layer_gets(registry, mark, {base}) == Counter({base: 1})
+    assert client.exists(entry) == 1
+    assert client.keys(LOCK_PREFIX + "*") == []
