@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,15 +54,27 @@ class Worker:
 
 
 def start_worker(
-    workdir: Path, broker: str, results: Path, *extra: str, name: str = "w1"
+    workdir: Path,
+    broker: str,
+    results: Path,
+    *extra: str,
+    name: str = "w1",
+    env: Mapping[str, str] | None = None,
 ) -> Worker:
-    """``pinguard worker --broker BROKER --results RESULTS --pool solo EXTRA...``, ready."""
+    """``pinguard worker --broker BROKER --results RESULTS --pool solo EXTRA...``, ready;
+    ``env``: the process environment (default: this one's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     cmd = [sys.executable, "-m", "pinguard", "worker", "--broker", broker]
     cmd += ["--results", str(results), "--pool", "solo", "--hostname", f"{name}@%h", *extra]
     with log.open("wb") as out:
-        process = subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+        )
     worker = Worker(process, log)
     deadline = time.monotonic() + READY_WAIT
     while time.monotonic() < deadline:
