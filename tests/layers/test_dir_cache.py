@@ -30,6 +30,7 @@ def test_a_second_audit_reads_every_layer_from_the_directory(demo: str, tmp_path
     assert len(files) == LAYERS
     assert all(f.name.endswith(SUFFIX) and f.name.startswith("sha256-") for f in files)
     assert json.loads(files[0].read_bytes())["format"] == "pinguard/layer-cache-entry/1"
+    assert all(f.stat().st_mode & 0o777 == 0o644 for f in files)  # other workers read them
     assert not any("layer cache" in n for n in second.notes)
 
 

@@ -3,9 +3,10 @@
 ``file:///PATH`` names a directory several workers share (one host's disk, or a network
 file system): each entry is a file named like the Redis key's last part
 (``cachestore.entry_name``), written through a temporary file and renamed, so a reader sees
-a whole entry or none. It holds the same verified (optionally signed) entries as Redis and
-the registry, so the fleet's checks apply to it alike. A directory that cannot be created,
-read or written is ``CacheUnavailable``.
+a whole entry or none; entries are readable by all (0644), as workers may run as other
+users. It holds the same verified (optionally signed) entries as Redis and the registry, so
+the fleet's checks apply to it alike. A directory that cannot be created, read or written
+is ``CacheUnavailable``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class DirectoryBackend:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
+            os.chmod(tmp, 0o644)  # other workers (other users) read it; mkstemp made it 0600
             os.replace(tmp, self.directory / (name + SUFFIX))
         except OSError as exc:
             if tmp is not None:
