@@ -110,8 +110,10 @@ def test_twenty_images_give_the_installed_matrix_and_a_warm_run_fetches_no_layer
         code, doc = _run(tmp_path, sorted(refs.values()), broker.url(), results, names)
         first = [r for r in registry.requests(mark) if r.blob in sizes and r.method == "GET"]
         mark = registry.log_mark()
+        stats = redis.Redis.from_url(cache_redis.url()).info("stats")
         code2, doc2 = _run(tmp_path, sorted(refs.values()), broker.url(), results, names)
         second = [r for r in registry.requests(mark) if r.blob in sizes and r.method == "GET"]
+        after = redis.Redis.from_url(cache_redis.url()).info("stats")
     finally:
         for w in workers:
             w.stop()
@@ -143,6 +145,10 @@ def test_twenty_images_give_the_installed_matrix_and_a_warm_run_fetches_no_layer
     # workers from fetching a shared layer together
     assert Counter(r.blob for r in first) == Counter(set(sizes))
     assert all(r.status == 200 for r in first)
+    # the warm run's layers came from Redis (no replay cache answers first in a worker): one
+    # hit per layer of each image, 4 x 20, and no miss
+    assert after["keyspace_hits"] - stats["keyspace_hits"] == 4 * COUNT
+    assert after["keyspace_misses"] == stats["keyspace_misses"]
     # ... and every layer went to Redis, once per distinct layer
     assert len(redis.Redis.from_url(cache_redis.url()).keys(PREFIX + "*")) == len(sizes)
 
