@@ -25,10 +25,11 @@ import pytest
 import redis
 
 from pinguard.cli import main
+from pinguard.fleet.dispatch import wait
 from pinguard.fleet.records import ResultStore
 from pinguard.layers.rediscache import LOCK_PREFIX, PREFIX
 from tests.infra.build import BASE_SITE_PACKAGES
-from tests.infra.fleet import Worker, start_worker
+from tests.infra.fleet import Worker, enqueue_until_stalled, start_worker, stop_all
 from tests.infra.fleetimages import (
     FleetImage,
     ensure_fleet_images,
@@ -36,7 +37,7 @@ from tests.infra.fleetimages import (
     push_fleet_images,
 )
 from tests.infra.redis import RedisServer
-from tests.infra.registry import RegistryServer, running_registry
+from tests.infra.registry import HTTPFront, RegistryServer, running_registry
 from tests.infra.tools import require_tool
 
 pytestmark = pytest.mark.integration
@@ -232,3 +233,52 @@ def test_a_claim_whose_holder_died_lapses_and_the_worker_analyses_the_layer(
     assert _layer_gets(registry, mark, {base}) == Counter({base: 1})
     assert client.exists(entry) == 1
     assert client.keys(LOCK_PREFIX + "*") == []
+
+
+def test_a_worker_killed_while_holding_claims_does_not_stall_the_fleet(
+    tmp_path: Path,
+    broker: RedisServer,
+    cache_redis: RedisServer,
+    built_fleet: tuple[RegistryServer, list[FleetImage], dict[str, str]],
+) -> None:
+    """A real worker claims fleet:06's four uncached layers and is killed with SIGKILL while
+    its first layer download is held: the task is delivered again (late acks) to a second
+    worker, which finds the dead worker's claims still there, waits for them to lapse
+    (``--cache-lock-ttl 15``: nobody extends them any more), takes them and finishes the
+    audit: one passing record, every layer cached, no claim left, no wait note."""
+    registry, _, _ = built_fleet
+    client = redis.Redis.from_url(cache_redis.url())
+    layers = set(layer_sizes(registry, "fleet:06"))
+    stalled: list[str] = []
+
+    def stall_first_blob(path: str) -> bool:
+        if stalled or path.rsplit("/", 1)[-1] not in layers:
+            return False
+        stalled.append(path)
+        return True
+
+    results = tmp_path / "results"
+    flags = ["--cache", cache_redis.url(), "--jobs", "1", "--cache-lock-ttl", "15"]
+    flags += ["--visibility-timeout", "4"]
+    with HTTPFront(registry.address, stall=stall_first_blob) as front:
+        ref = f"docker://{front.address}/fleet:06"
+        first = start_worker(tmp_path / "w1", broker.url(), results, *flags)
+        second = None
+        try:
+            app, tasks = enqueue_until_stalled(broker.url(), ref, front, first)
+            held = client.keys(LOCK_PREFIX + "*")
+            assert len(held) == 4  # the worker claimed every layer it missed
+            first.kill()
+            second = start_worker(tmp_path / "w2", broker.url(), results, *flags, name="w2")
+            assert all(client.pttl(k) > 0 for k in held)  # still there when w2 starts
+            records = wait(app, tasks, ResultStore(results), timeout=180)
+        finally:
+            stop_all(first, second)
+    assert second is not None
+    [record] = records
+    assert record.verdict in ("pass", "fail"), (record, second.text()[-3000:])
+    assert record.error is None
+    assert not [n for n in record.notes if "layer cache" in n]
+    assert tasks[0].task_id in second.text()
+    assert client.keys(LOCK_PREFIX + "*") == []
+    assert len(client.keys(PREFIX + "*")) == 4
