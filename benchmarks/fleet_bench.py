@@ -1,24 +1,30 @@
-"""Benchmark a fleet: N images sharing base layers, audited by 2 workers, shared cache vs cold.
+"""Benchmark a fleet: N buildah-built images on one base, real workers, three shared caches.
 
-The script writes ``--images`` OCI images that share ``--base-layers`` base layers (Python,
-pip and ``--base-dists`` distributions, plus ``--base-mb`` MB of incompressible payload per
-layer, as a CUDA base carries) and differ in one small top layer (torch and NCCL at versions
-that vary by image), pushes them to Debian's ``docker-registry`` on 127.0.0.1, starts
-``redis-server`` (broker, and a second one as the cache) and ``--workers`` ``pinguard worker``
-processes, and measures with ``pinguard fleet run``:
+The images are ``tests/infra/fleetimages.py``'s (``--images``, default 20, at most 40): the
+Debian + Python base, then three ``RUN pip install`` steps shared by halves, pairs and single
+images (20 images: 80 layers, 33 distinct), built once and kept in containers-storage by
+tag. They are pushed to Debian's ``docker-registry`` on 127.0.0.1 with its access log on,
+so every figure of bytes is the registry's own count of layer blob bytes it sent (GETs of
+the images' layer digests; the cache repository's requests and answer bytes are counted
+apart). Then, for each backend (``file:///DIR`` shared directory, Redis, the registry's
+``fleetcache-N`` repository) and each worker count (1 and 2 ``pinguard worker``
+processes, real Celery on a real Redis broker, ``--jobs 1``, started before the clock),
+``pinguard fleet run`` over every image:
 
-* the floor: fetching and inflating every *distinct* layer once, ``--workers`` processes
-  (what a fleet with a perfect shared cache must still read);
-* the naive floor: fetching and inflating every layer of every image (what each image alone
-  reads);
-* cold: the fleet with no shared cache (every worker analyses every layer of its images);
-* shared, first run: an empty Redis cache (a base layer is analysed by whichever worker gets
-  there first; two workers that start on it together both analyse it: no in-flight lock);
-* shared, warm: the same cache again (only the records are rewritten).
+* cold: the shared cache empty;
+* warm: the same cache again (every layer should come from it: 0 bytes).
 
-It prints a table and is not a test; ``--smoke`` runs it on a few small images
-(``tests/fleet/test_fleet_bench_smoke.py`` runs that once). Timings include Celery's task
-round trips and each worker's process start-up is excluded (workers start before the clock).
+A run without any shared cache (each image reads all its layers) is the reference for what
+the cache saves. Every figure is printed beside the floor: fetching and inflating every
+*distinct* layer once with two processes (both cores), for wall time, and the distinct
+layers' compressed bytes, for bytes (``x floor``). With ``--baseline REV`` (default
+``HEAD~1``; ``--no-baseline`` skips it) REV's ``src/`` (``git archive``) runs the Redis
+rows with 2 workers, printed beside as ``x last``. ``--max-bytes-ratio X`` exits 1 when a
+cold run with a cache that keeps in-flight claims (Redis), or with one worker, fetched more
+than X times the floor's bytes, or when a warm run fetched any layer;
+``tests/fleet/test_fleet_bench_smoke.py`` runs ``--smoke --no-baseline --max-bytes-ratio
+1.0`` (4 images, 2 workers).
+Timings include ``fleet run``'s start-up and Celery's round trips.
 """
 
 from __future__ import annotations
@@ -33,194 +39,231 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pinguard.testing.demo import Dist, Layer, write_oci_archive  # noqa: E402
+from audit_bench import _floor_one, baseline_src  # noqa: E402
+
+CACHE_REPO = "fleetcache"
+GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 
-def image_layers(index: int, base_layers: int, base_dists: int, base_mb: int) -> list[Layer]:
-    """The shared base (same bytes in every image), then one top layer of its own."""
-    layers = []
-    for b in range(base_layers):
-        payload = {
-            f"usr/local/lib/libbase{b}.so": _payload(b, base_mb << 20),
-        }
-        dists = [Dist(f"base-lib-{b}-{d}", f"1.{d}.0") for d in range(base_dists)]
-        if b == 0:
-            dists.append(Dist("pip", "25.0.1", installer=""))
-        layers.append(Layer(f"RUN /bin/sh -c install base part {b}", add=dists, files=payload))
-    torch = ("2.11.0+cu130", "2.12.1+cu130")[index % 2]
-    nccl = ("2.30.3", "2.29.7", "2.28.9")[index % 3]
-    layers.append(
-        Layer(
-            f"RUN /bin/sh -c pip install torch=={torch} nvidia-nccl-cu13=={nccl} app{index}",
-            add=[
-                Dist("nvidia-nccl-cu13", nccl),
-                Dist("torch", torch, requires=[f"nvidia-nccl-cu13=={nccl}"], requested=True),
-                Dist(f"app-{index}", "1.0", requested=True),
-            ],
-        )
-    )
-    return layers
+@dataclass
+class Row:
+    """One measured run."""
+
+    label: str
+    backend: str
+    workers: int
+    phase: str  # cold | warm | none
+    seconds: float
+    layer_bytes: int
+    layer_gets: int
+    cache_bytes: int  # registry backend: bytes the cache repository's answers carried
+    cache_requests: int  # registry backend: requests to the cache repository (all methods)
+    code: str = "this"  # this | baseline
 
 
-def _payload(seed: int, size: int) -> bytes:
-    """``size`` pseudo-random bytes (incompressible, deterministic)."""
-    import hashlib
-
-    out = bytearray()
-    block = hashlib.sha256(f"base-{seed}".encode()).digest()
-    while len(out) < size:
-        block = hashlib.sha256(block).digest()
-        out += block * 64  # 2 KiB per hash: fast, and still not compressible much
-    return bytes(out[:size])
-
-
-def _floor_one(args: tuple[str, str]) -> int:
-    import requests
-    from isal import isal_zlib
-
-    url, _ = args
-    out = 0
-    with requests.get(url, stream=True, timeout=60) as resp:
-        resp.raise_for_status()
-        decomp = isal_zlib.decompressobj(31)
-        while True:
-            chunk = resp.raw.read(1 << 20, decode_content=False)
-            if not chunk:
-                break
-            out += len(decomp.decompress(chunk))
-    return out
-
-
-def layer_urls(address: str, repo_tags: Sequence[str]) -> list[tuple[str, str]]:
-    """(blob URL, digest) of every layer of every image, in order."""
-    import requests
-
-    out = []
-    for repo_tag in repo_tags:
-        repo, tag = repo_tag.split(":")
-        manifest = requests.get(
-            f"http://{address}/v2/{repo}/manifests/{tag}",
-            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-            timeout=30,
-        ).json()
-        for layer in manifest["layers"]:
-            out.append((f"http://{address}/v2/{repo}/blobs/{layer['digest']}", layer["digest"]))
-    return out
-
-
-def floor(work: Sequence[tuple[str, str]], jobs: int) -> float:
-    start = time.perf_counter()
+def floor_seconds(urls: Sequence[str], jobs: int) -> float:
+    """Wall time to fetch and inflate every URL once with ``jobs`` processes."""
+    work = [(url, GZIP, True) for url in urls]
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        pool.map(_floor_one, work)
-    return time.perf_counter() - start
+        pool.map(_floor_one, work[:1])  # imports, connections
+        started = time.perf_counter()
+        pool.map(_floor_one, work, chunksize=1)
+        return time.perf_counter() - started
 
 
 @contextlib.contextmanager
-def workers(
-    workdir: Path, broker: str, results: Path, count: int, cache: str | None
-) -> Iterator[None]:
+def running_workers(
+    workdir: Path, broker: str, results: Path, count: int, cache: str | None, env: Mapping[str, str]
+) -> Iterator[list[Any]]:
     from tests.infra.fleet import start_worker
 
-    extra = ["--cache", cache] if cache else []
+    extra = ["--jobs", "1"]
+    extra += ["--cache", cache] if cache else []
     started = []
     try:
         for i in range(count):
-            started.append(
-                start_worker(workdir, broker, results, "--jobs", "1", *extra, name=f"w{i}")
-            )
-        yield
+            started.append(start_worker(workdir, broker, results, *extra, name=f"w{i}", env=env))
+        yield started
     finally:
         for w in started:
             w.stop()
 
 
-def fleet_run(refs: Sequence[str], broker: str, results: Path, out: Path) -> tuple[float, Any]:
+def fleet_run(
+    refs: Sequence[str], broker: str, results: Path, out: Path, env: Mapping[str, str]
+) -> float:
     cmd = [sys.executable, "-m", "pinguard", "fleet", "run", *refs, "--broker", broker]
     cmd += ["--results", str(results), "--timeout", "3600", "-f", "json", "-o", str(out)]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=dict(env))
     elapsed = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"fleet run exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return elapsed, json.loads(out.read_text())
+    doc = json.loads(out.read_text())
+    if doc["counts"]["error"] or doc["counts"]["images"] != len(refs):
+        raise RuntimeError(f"fleet run did not audit every image: {doc['counts']}")
+    return elapsed
+
+
+def _env(src: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(src)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=12)
-    p.add_argument("--base-layers", type=int, default=3)
-    p.add_argument("--base-dists", type=int, default=60, help="distributions per base layer")
-    p.add_argument("--base-mb", type=int, default=40, help="payload MB per base layer")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--smoke", action="store_true", help="3 tiny images, for the test suite")
+    p.add_argument("--images", type=int, default=20)
+    p.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
+    p.add_argument("--backends", default="dir,redis,registry")
+    p.add_argument(
+        "--smoke", action="store_true", help="4 images, 2 workers (the test suite runs this)"
+    )
+    p.add_argument("--baseline", default="HEAD~1", metavar="REV")
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--max-bytes-ratio", type=float, metavar="X")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the figures here")
     p.add_argument("--workdir", type=Path, help="default: a temporary directory")
     args = p.parse_args(argv)
     if args.smoke:
-        args.images, args.base_layers, args.base_dists, args.base_mb = 3, 2, 5, 1
+        args.images, args.workers = 4, "2"
+    from tests.infra.fleetimages import ensure_fleet_images, layer_sizes, push_fleet_images
     from tests.infra.redis import start_redis
     from tests.infra.registry import start_registry
 
+    images = ensure_fleet_images(max(20, args.images))[: args.images]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pinguard-fleet-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    registry = start_registry(workdir / "registry")
+    registry = start_registry(workdir / "registry", access_log=True)
     broker = start_redis(workdir / "broker")
     cache = start_redis(workdir / "cache")
+    rows: list[Row] = []
     try:
-        repo_tags = [f"fleet/app{i}:v1" for i in range(args.images)]
-        for i, repo_tag in enumerate(repo_tags):
-            archive = workdir / f"app{i}.tar"
-            write_oci_archive(
-                image_layers(i, args.base_layers, args.base_dists, args.base_mb), archive, tag="t"
-            )
-            registry.push(f"oci-archive:{archive}:t", repo_tag)
-        refs = [f"docker://{registry.ref(t)}" for t in repo_tags]
-        work = layer_urls(registry.address, repo_tags)
-        distinct = list({d: (u, d) for u, d in work}.values())
-        floor(work, args.workers)  # warm the page cache
-        figures: dict[str, float] = {
-            "floor (distinct layers once)": floor(distinct, args.workers),
-            "naive floor (every layer of every image)": floor(work, args.workers),
-        }
-        runs = [("cold (no shared cache)", None), ("shared cache, first run", cache.url())]
-        for label, cache_url in runs:
-            results = workdir / f"results-{len(figures)}"
-            with workers(
-                workdir / label.split()[0], broker.url(), results, args.workers, cache_url
+        refs = list(push_fleet_images(registry, images).values())
+        sizes: dict[str, int] = {}
+        urls: dict[str, str] = {}
+        total = 0
+        for image in images:
+            layers = layer_sizes(registry, image.name)
+            total += sum(layers.values())
+            sizes.update(layers)
+            repo = image.name.split(":")[0]
+            urls.update({d: f"{registry.url}/v2/{repo}/blobs/{d}" for d in layers})
+        floor_bytes = sum(sizes.values())
+        floor_seconds(list(urls.values()), 2)  # the page cache
+        floor_s = floor_seconds(list(urls.values()), 2)
+
+        def measure(
+            label: str, backend: str, count: int, url: str | None, env: Mapping[str, str], code: str
+        ) -> None:
+            results = workdir / f"results-{len(rows)}"
+            phases = ("none",) if url is None else ("cold", "warm")
+            with running_workers(
+                workdir / f"w-{len(rows)}", broker.url(), results, count, url, env
             ):
-                figures[label], doc = fleet_run(refs, broker.url(), results, workdir / "f.json")
-                if cache_url:
-                    figures["shared cache, warm"], doc = fleet_run(
-                        refs, broker.url(), results, workdir / "f.json"
+                for phase in phases:
+                    mark = registry.log_mark()
+                    seconds = fleet_run(refs, broker.url(), results, workdir / "f.json", env)
+                    lines = [r for r in registry.requests(mark) if r.method == "GET"]
+                    layer = [r for r in lines if r.blob in sizes]
+                    cached = [r for r in registry.requests(mark) if f"/v2/{CACHE_REPO}-" in r.path]
+                    rows.append(
+                        Row(
+                            f"{label}, {phase}" if url else label,
+                            backend,
+                            count,
+                            phase,
+                            seconds,
+                            sum(r.size for r in layer),
+                            len(layer),
+                            sum(r.size for r in cached),
+                            len(cached),
+                            code,
+                        )
                     )
-        counts = doc["counts"]
-        print(
-            f"fleet: {args.images} images x {args.base_layers + 1} layers "
-            f"({len(distinct)} distinct, {len(work)} in all), {args.workers} workers; "
-            f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error"
-        )
-        width = max(len(k) for k in figures)
-        for label, seconds in figures.items():
-            print(f"  {label.ljust(width)}  {seconds:8.2f} s")
-        base = figures["floor (distinct layers once)"]
-        print(
-            f"  cold/floor: {figures['cold (no shared cache)'] / base:.1f}x   "
-            f"shared first/floor: {figures['shared cache, first run'] / base:.1f}x   "
-            f"warm/floor: {figures['shared cache, warm'] / base:.1f}x"
-        )
+
+        this = _env(ROOT / "src")
+        counts = [int(c) for c in args.workers.split(",")]
+        measure("no shared cache, 2 workers", "none", 2, None, this, "this")
+        for backend in args.backends.split(","):
+            for count in counts:
+                cache.stop()  # an empty cache for each pair of runs
+                cache.start()
+                url = {
+                    "dir": f"file://{workdir / f'dircache-{len(rows)}'}",
+                    "redis": cache.url(),
+                    "registry": f"registry://{registry.address}/{CACHE_REPO}-{len(rows)}",
+                }[backend]
+                measure(f"{backend}, {count} worker(s)", backend, count, url, this, "this")
+        base_commit = None
+        if not args.no_baseline and "redis" in args.backends:
+            base_commit, base_src = baseline_src(workdir, args.baseline)
+            cache.stop()
+            cache.start()
+            label = f"redis, 2 worker(s) @{base_commit}"
+            measure(label, "redis", 2, cache.url(), _env(base_src), "baseline")
     finally:
         registry.stop()
         broker.stop()
         cache.stop()
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    distinct = len(sizes)
+    print(
+        f"fleet: {len(images)} images, {distinct} distinct layers "
+        f"({floor_bytes / 1e6:.1f} MB compressed) of {total / 1e6:.1f} MB in all; "
+        f"floor (fetch + inflate each distinct layer once, 2 processes) {floor_s:.2f} s"
+    )
+    header = (
+        f"  {'run':<34} {'seconds':>8} {'x floor':>8} {'layer MB':>9} {'x floor':>8} "
+        f"{'GETs':>5} {'cache MB':>9} {'cache reqs':>10} {'x last':>7} {'bytes x last':>12}"
+    )
+    print(header)
+    last = {(r.backend, r.workers, r.phase): r for r in rows if r.code == "baseline"}
+    failed = []
+    for r in rows:
+        base = last.get((r.backend, r.workers, r.phase)) if r.code == "this" else None
+        x_last = f"{r.seconds / base.seconds:7.2f}" if base else f"{'':>7}"
+        b_last = (
+            f"{r.layer_bytes / base.layer_bytes:12.2f}"
+            if base and base.layer_bytes
+            else f"{'':>12}"
+        )
+        print(
+            f"  {r.label:<34} {r.seconds:8.2f} {r.seconds / floor_s:8.1f} "
+            f"{r.layer_bytes / 1e6:9.1f} {r.layer_bytes / floor_bytes:8.2f} {r.layer_gets:5d} "
+            f"{r.cache_bytes / 1e6:9.2f} {r.cache_requests:10d} {x_last} {b_last}"
+        )
+        if args.max_bytes_ratio is not None and r.code == "this":
+            gated = r.phase == "cold" and (r.backend == "redis" or r.workers == 1)
+            if gated and r.layer_bytes > args.max_bytes_ratio * floor_bytes:
+                failed.append(f"{r.label}: {r.layer_bytes / floor_bytes:.2f}x the floor's bytes")
+            if r.phase == "warm" and r.layer_bytes:
+                failed.append(f"{r.label}: fetched {r.layer_gets} layer blob(s) on a warm cache")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "images": len(images),
+                    "distinct_layers": distinct,
+                    "floor_seconds": floor_s,
+                    "floor_bytes": floor_bytes,
+                    "all_layer_bytes": total,
+                    "baseline": base_commit,
+                    "rows": [asdict(r) for r in rows],
+                },
+                indent=1,
+            )
+        )
+    if args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for line in failed:
+        print(f"FAIL {line} (--max-bytes-ratio {args.max_bytes_ratio:g})")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from pinguard.cli import build_parser
 from pinguard.fleet.app import DEFAULT_VISIBILITY_TIMEOUT
 from tests.infra.paths import REPO
 
@@ -38,6 +39,11 @@ def test_the_compose_example_sets_the_knobs_that_matter() -> None:
     assert flag(worker, "--cache").startswith("redis://cache:")
     assert "--cache-sign-key" in worker
     assert "--cache-trust" in worker
+    assert float(flag(worker, "--cache-lock-wait")) > float(flag(worker, "--cache-lock-ttl"))
+    # the command is one `pinguard worker` accepts, every flag spelled as the CLI spells it
+    args = build_parser().parse_args(worker[1:])
+    assert args.shared_cache == "redis://cache:6379/0"
+    assert (args.cache_lock_ttl, args.cache_lock_wait) == (30.0, 900.0)
     receiver = services["receiver"]["command"]
     assert receiver[:3] == ["pinguard", "fleet", "receive"]
     assert flag(receiver, "--listen").endswith(":8780")

@@ -8,13 +8,11 @@ once the visibility timeout has passed) and finishes it. One record, the right o
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from pinguard.fleet.app import make_app
-from pinguard.fleet.dispatch import enqueue, wait
+from pinguard.fleet.dispatch import wait
 from pinguard.fleet.records import ResultStore
-from tests.infra.fleet import start_worker
+from tests.infra.fleet import enqueue_until_stalled, start_worker, stop_all
 from tests.infra.redis import RedisServer
 from tests.infra.registry import HTTPFront, RegistryServer
 
@@ -42,12 +40,7 @@ def test_sigkill_mid_audit_is_redelivered_and_gives_one_result(
         )
         second = None
         try:
-            app = make_app(broker.url())
-            tasks = enqueue(app, [ref], {"policy": [], "fail_on": "error"})
-            deadline = time.monotonic() + 60
-            while front.stalled == 0 and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert front.stalled == 1, first.text()[-3000:]
+            app, tasks = enqueue_until_stalled(broker.url(), ref, front, first)
             assert ResultStore(results).ids() == []  # mid-audit: nothing written yet
             first.kill()
             assert first.process.returncode == -9
@@ -61,9 +54,7 @@ def test_sigkill_mid_audit_is_redelivered_and_gives_one_result(
             )
             records = wait(app, tasks, ResultStore(results), timeout=120)
         finally:
-            first.stop()
-            if second is not None:
-                second.stop()
+            stop_all(first, second)
     assert second is not None
     [record] = records
     assert record.verdict == "pass", (record, second.text()[-3000:])

@@ -3,8 +3,11 @@
 ``start_worker`` runs ``python -m pinguard worker`` (Celery, ``--pool solo``) in its own
 directory with a log file, and waits until Celery logs ``ready``; ``Worker.stop()`` ends it
 (SIGTERM, then SIGKILL after 10 s) and ``Worker.kill()`` sends SIGKILL at once (a worker
-lost mid-audit). ``fleet_images`` writes OCI archives whose first layer (Python and pip) is
-byte-identical across images, as images built on one base are, and pushes them to a registry.
+lost mid-audit); ``stop_all`` stops every worker started. ``enqueue_until_stalled``
+enqueues an audit read through a front that holds one download and waits until the worker
+is inside it (a moment to kill it). ``fleet_images`` writes OCI archives whose first layer
+(Python and pip) is byte-identical across images, as images built on one base are, and
+pushes them to a registry.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pinguard.testing.demo import Dist, Layer, demo_layers, write_oci_archive
-from tests.infra.registry import RegistryServer
+from tests.infra.registry import HTTPFront, RegistryServer
 
 READY_WAIT = 60.0
 
@@ -53,15 +58,27 @@ class Worker:
 
 
 def start_worker(
-    workdir: Path, broker: str, results: Path, *extra: str, name: str = "w1"
+    workdir: Path,
+    broker: str,
+    results: Path,
+    *extra: str,
+    name: str = "w1",
+    env: Mapping[str, str] | None = None,
 ) -> Worker:
-    """``pinguard worker --broker BROKER --results RESULTS --pool solo EXTRA...``, ready."""
+    """``pinguard worker --broker BROKER --results RESULTS --pool solo EXTRA...``, ready;
+    ``env``: the process environment (default: this one's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     cmd = [sys.executable, "-m", "pinguard", "worker", "--broker", broker]
     cmd += ["--results", str(results), "--pool", "solo", "--hostname", f"{name}@%h", *extra]
     with log.open("wb") as out:
-        process = subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+        )
     worker = Worker(process, log)
     deadline = time.monotonic() + READY_WAIT
     while time.monotonic() < deadline:
@@ -72,6 +89,29 @@ def start_worker(
         time.sleep(0.1)
     worker.stop()
     raise RuntimeError(f"pinguard worker not ready in {READY_WAIT:g} s:\n{worker.text()}")
+
+
+def stop_all(*workers: Worker | None) -> None:
+    for worker in workers:
+        if worker is not None:
+            worker.stop()
+
+
+def enqueue_until_stalled(
+    broker: str, ref: str, front: HTTPFront, worker: Worker
+) -> tuple[Any, Any]:
+    """Enqueue an audit of ``ref`` (read through ``front``, which holds one blob download)
+    and wait until ``worker`` is inside it, held; return the Celery app and the tasks."""
+    from pinguard.fleet.app import make_app
+    from pinguard.fleet.dispatch import enqueue
+
+    app = make_app(broker)
+    tasks = enqueue(app, [ref], {"policy": [], "fail_on": "error"})
+    deadline = time.monotonic() + 60
+    while front.stalled == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert front.stalled == 1, worker.text()[-3000:]
+    return app, tasks
 
 
 def base_layer() -> Layer:

@@ -24,6 +24,7 @@ import fcntl
 import http.client
 import json
 import os
+import re
 import secrets
 import socket
 import ssl
@@ -578,6 +579,29 @@ def full_listener() -> Iterator[str]:
 
 # --- the registry process -----------------------------------------------------------------------
 
+#: One line of distribution's access log (gorilla's combined log format).
+ACCESS_LINE = re.compile(
+    r'^\S+ \S+ \S+ \[[^]]*\] "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[0-9.]+" '
+    r"(?P<status>\d{3}) (?P<size>\d+|-)",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class AccessLine:
+    """One request as the registry logged it: method, path, status, body bytes written."""
+
+    method: str
+    path: str
+    status: int
+    size: int
+
+    @property
+    def blob(self) -> str | None:
+        """The digest of a ``/v2/REPO/blobs/DIGEST`` request, else None."""
+        head, sep, digest = self.path.partition("/blobs/")
+        return digest.split("?", 1)[0] if sep and head.startswith("/v2/") else None
+
 
 @dataclass
 class RegistryServer:
@@ -630,6 +654,31 @@ class RegistryServer:
                 f"registry log:\n{self.log()}"
             )
 
+    def log_mark(self) -> int:
+        """Where the log ends now: ``requests(since=...)`` counts only what comes after."""
+        return self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+
+    def requests(self, since: int = 0) -> list[AccessLine]:
+        """Every request the registry logged (``access_log=True``) after byte ``since`` of
+        its log, in order: the registry's own count, not the client's."""
+        if self.log_path is None:
+            return []
+        with self.log_path.open("rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode(errors="replace")
+        out = []
+        for m in ACCESS_LINE.finditer(text):
+            size = m.group("size")
+            out.append(
+                AccessLine(
+                    m.group("method"),
+                    m.group("path"),
+                    int(m.group("status")),
+                    int(size) if size.isdigit() else 0,
+                )
+            )
+        return out
+
     def log(self) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
@@ -655,13 +704,13 @@ class RegistryServer:
         self.stop()
 
 
-def _config_yaml(port: int, storage: Path, auth_block: str) -> str:
+def _config_yaml(port: int, storage: Path, auth_block: str, *, access_log: bool = False) -> str:
     return (
         "version: 0.1\n"
         "log:\n"
         "  level: warn\n"
         "  accesslog:\n"
-        "    disabled: true\n"
+        f"    disabled: {'false' if access_log else 'true'}\n"
         "storage:\n"
         "  filesystem:\n"
         f"    rootdirectory: {storage}\n"
@@ -703,12 +752,14 @@ def start_registry(
     password: str = DEFAULT_PASSWORD,
     refresh_token: str | None = None,
     extra_config: str = "",
+    access_log: bool = False,
 ) -> RegistryServer:
     """Start ``docker-registry`` on 127.0.0.1 (ephemeral port) storing under ``workdir``.
 
     ``auth``: "none", "htpasswd" (Basic) or "token" (Bearer via a TokenServer that accepts
     ``username``/``password`` and, when given, ``refresh_token`` as an identity token).
     ``extra_config``: YAML appended to the config (``notifications:``, say).
+    ``access_log``: the registry logs every request (``RegistryServer.requests()``).
     The caller stops it (``stop()`` or ``with``)."""
     binary = require_tool("docker-registry")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -740,7 +791,9 @@ def start_registry(
     for _attempt in range(3):  # the port may be taken between free_port() and bind
         port = free_port()
         config = workdir / "config.yml"
-        config.write_text(_config_yaml(port, storage, auth_block) + extra_config)
+        config.write_text(
+            _config_yaml(port, storage, auth_block, access_log=access_log) + extra_config
+        )
         log_path = workdir / "registry.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(

@@ -5,13 +5,17 @@ the cache is streamed and analysed (in worker processes when the transport allow
 two layers in two processes keep both cores busy), the analyses are replayed into the
 state after every history step, and each step is diffed against the one before. When the
 audit is abandoned (Ctrl-C, or one layer failed) the workers are stopped at once rather than
-left to finish layers nobody will read. Findings
-are left empty: judging is the policy's job. Progress is reported through a callback so
-that only the CLI draws anything.
+left to finish layers nobody will read. With a shared cache that can lock (Redis), an
+uncached layer is claimed before it is analysed: a layer another audit has claimed is
+waited for (its entry read when written) while this audit analyses the rest, and analysed
+here only when the other's claim lapses or the wait runs out. Findings are left empty:
+judging is the policy's job. Progress is reported through a callback so that only the CLI
+draws anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -36,7 +40,7 @@ from pinguard.layers.analysis import (
     analyze_stream,
 )
 from pinguard.layers.cache import LayerCache
-from pinguard.layers.cachestore import CacheSpec, LayerStore
+from pinguard.layers.cachestore import CacheSpec, LayerStore, VerifiedCache
 from pinguard.models import (
     AuditResult,
     Change,
@@ -281,7 +285,10 @@ def _sequential(
     analyzers: Analyzers,
     progress: Progress | None,
     limits: LayerLimits,
+    cache: LayerStore | None = None,
 ) -> dict[str, LayerAnalysis]:
+    """Each layer in turn from the source's own blob iterator, cached as soon as it is
+    analysed (an audit waiting for it need not wait for the rest)."""
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
     for layer, stream in source.iter_blobs(todo):
@@ -289,6 +296,8 @@ def _sequential(
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
         out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits)
+        if cache is not None:
+            cache.put(out[layer.digest])
         if progress is not None:
             progress.done(layer)
     missing = wanted - set(out)
@@ -297,6 +306,24 @@ def _sequential(
             f"the image source did not deliver layer(s): {', '.join(sorted(missing))}"
         )
     return out
+
+
+def _fresh(
+    source: ImageSource,
+    todo: Sequence[LayerRef],
+    analyzers: Analyzers,
+    options: AuditOptions,
+    progress: Progress | None,
+    cache: LayerStore | None,
+) -> dict[str, LayerAnalysis]:
+    """Stream and analyse ``todo`` (in worker processes when it pays), caching each."""
+    jobs = options.jobs or (os.cpu_count() or 1)
+    if not todo:
+        return {}
+    if source.parallel_safe and len(todo) > 1 and jobs > 1:
+        jobs = min(jobs, len(todo))
+        return _parallel(source, todo, analyzers, jobs, progress, cache, options.limits)
+    return _sequential(source, todo, analyzers, progress, options.limits, cache)
 
 
 def load_layers(
@@ -338,17 +365,24 @@ def load_layers(
         found[layer.digest] = _analyze_tree(layer, analyzers)
         if progress is not None:
             progress.done(layer)
-    jobs = options.jobs or (os.cpu_count() or 1)
-    if todo:
-        if source.parallel_safe and len(todo) > 1 and jobs > 1:
-            jobs = min(jobs, len(todo))
-            found.update(_parallel(source, todo, analyzers, jobs, progress, cache, options.limits))
-        else:
-            fresh = _sequential(source, todo, analyzers, progress, options.limits)
-            for analysis in fresh.values():
-                if cache is not None:
-                    cache.put(analysis)
-            found.update(fresh)
+    # layers another audit is analysing now (it holds their in-flight claims): wait for its
+    # entries after analysing the rest, and analyse the ones it leaves behind
+    shared = cache if isinstance(cache, VerifiedCache) else None
+    theirs = {t.digest for t in todo if shared is not None and not shared.claim(t.digest)}
+    waiting = [layer for layer in todo if layer.digest in theirs]
+    todo = [layer for layer in todo if layer.digest not in theirs]
+    with shared.holding() if shared is not None else contextlib.nullcontext():
+        found.update(_fresh(source, todo, analyzers, options, progress, cache))
+        late = []
+        for layer in waiting:
+            hit = shared.wait(layer.digest) if shared is not None else None
+            if hit is None:
+                late.append(layer)
+                continue
+            found[layer.digest] = hit
+            if progress is not None:
+                progress.done(layer)
+        found.update(_fresh(source, late, analyzers, options, progress, cache))
     if cache is not None and notes is not None:
         notes.extend(cache.report())
     for layer in layers:

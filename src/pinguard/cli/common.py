@@ -26,7 +26,7 @@ from pinguard.errors import IncompleteAudit, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerLimits
 from pinguard.layers.cache import default_cache_dir
-from pinguard.layers.cachestore import CacheSpec, FleetKeys
+from pinguard.layers.cachestore import LOCK_TTL, LOCK_WAIT, CacheSpec, FleetKeys
 from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
 
@@ -106,7 +106,8 @@ def add_cache_options(g: argparse._ActionsContainer) -> None:
         metavar="URL",
         dest="shared_cache",
         help="a shared layer cache instead of the directory: redis://[:PASS@]HOST:PORT/DB, "
-        "rediss://... (TLS) or registry://HOST/REPO (a cache repository); every entry is "
+        "rediss://... (TLS), registry://HOST/REPO (a cache repository) or file:///DIR (a "
+        "directory workers share); every entry is "
         "verified on read (docs/fleet.md)",
     )
     g.add_argument(
@@ -122,6 +123,22 @@ def add_cache_options(g: argparse._ActionsContainer) -> None:
         default=[],
         metavar="KEY.pub",
         help="use only cache entries signed by this key (repeatable)",
+    )
+    g.add_argument(
+        "--cache-lock-ttl",
+        type=float,
+        default=LOCK_TTL,
+        metavar="SECONDS",
+        help="an in-flight claim on an uncached layer lapses this long after its holder "
+        f"stops extending it (Redis; default {LOCK_TTL:g})",
+    )
+    g.add_argument(
+        "--cache-lock-wait",
+        type=float,
+        default=LOCK_WAIT,
+        metavar="SECONDS",
+        help="wait at most this long for another worker's analysis of a layer, then analyse "
+        f"it here too (default {LOCK_WAIT:g})",
     )
     g.add_argument("--cache-tls-ca", type=Path, metavar="PEM", help="rediss:// CA bundle")
     g.add_argument("--cache-tls-cert", type=Path, metavar="PEM", help="rediss:// client cert")
@@ -288,6 +305,8 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
         tls_cert=args.cache_tls_cert,
         tls_key=args.cache_tls_key,
         insecure=tuple(getattr(args, "insecure_registry", ())),
+        lock_ttl=max(1.0, args.cache_lock_ttl),
+        lock_wait=max(0.0, args.cache_lock_wait),
     )
     spec.open("check", ()).check_keys()
     return spec

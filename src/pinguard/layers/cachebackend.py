@@ -3,13 +3,14 @@
 ``CacheBackend`` is the contract the Redis and registry backends implement
 (``pinguard.layers.rediscache``, ``pinguard.layers.registrycache``); ``CacheUnavailable``
 says a backend could not be reached, ``EntryRejected`` why an entry read is not used, and
-``MAX_ENTRY_BYTES`` bounds what one entry may hold. ``pinguard.layers.cachestore`` builds the
+``MAX_ENTRY_BYTES`` bounds what one entry may hold; ``LockingBackend`` is a backend that can
+also hold short-lived in-flight claims (Redis). ``pinguard.layers.cachestore`` builds the
 verified cache on top; keeping these here lets the backends sit below it without importing it.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 #: The most bytes one shared entry may hold.
 MAX_ENTRY_BYTES = 64 << 20
@@ -30,3 +31,15 @@ class CacheBackend(Protocol):
     def describe(self) -> str: ...
     def load(self, name: str) -> bytes | None: ...
     def save(self, name: str, data: bytes) -> None: ...
+
+
+@runtime_checkable
+class LockingBackend(Protocol):
+    """A backend that can also hold a short-lived claim per name (``SET NX PX`` in Redis):
+    ``lock`` takes it when free, ``refresh`` extends it and ``unlock`` drops it, both only
+    while ``token`` still holds it; ``locked`` says whether anyone holds it."""
+
+    def lock(self, name: str, token: str, ttl_ms: int) -> bool: ...
+    def refresh(self, name: str, token: str, ttl_ms: int) -> bool: ...
+    def unlock(self, name: str, token: str) -> None: ...
+    def locked(self, name: str) -> bool: ...

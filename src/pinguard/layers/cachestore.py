@@ -3,7 +3,8 @@
 ``LayerStore`` is what the pipeline reads and writes (``get(digest)``, ``put(analysis)``,
 ``report()``); ``pinguard.layers.cache.LayerCache`` (a directory) is one, and
 ``VerifiedCache`` is the other: a store over any ``CacheBackend`` (bytes by name: Redis in
-``pinguard.layers.rediscache``, a registry repository in ``pinguard.layers.registrycache``)
+``pinguard.layers.rediscache``, a registry repository in ``pinguard.layers.registrycache``,
+a shared directory in ``pinguard.layers.dircache``)
 shared by many hosts. A shared store cannot trust what it reads, so every entry carries the
 layer digest, the full cache key (which covers the analyzers' names, versions, options and
 code) and the analyzers' ``name=version`` list, plus the sha256 of its own canonical JSON;
@@ -12,15 +13,23 @@ On read each of these is checked against what the reader expects, and with trust
 entry that is unsigned or signed by another key is refused, so a writer without the key
 cannot poison what others trust. A refused entry (truncated, altered, foreign, for another
 layer or key) is a miss, reported in ``report()``, never used; a backend that cannot be
-reached is reported once and the audit goes on without it. Stores are pickled into the
-pipeline's worker processes, so they hold settings and open connections lazily.
+reached is reported once and the audit goes on without it. Over a ``LockingBackend``
+(Redis) it also keeps in-flight claims: ``claim`` before analysing an uncached layer,
+``holding`` extends the claims while the audit works and drops them after, and ``wait``
+reads another audit's entry when it lands, or takes over a claim that lapsed (its holder
+died). Stores are pickled into the pipeline's worker processes, so they hold settings and
+open connections lazily.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,10 +40,15 @@ from pinguard.layers.cachebackend import (
     CacheBackend,
     CacheUnavailable,
     EntryRejected,
+    LockingBackend,
 )
 
 ENTRY_FORMAT = "pinguard/layer-cache-entry/1"
 ENTRY_PAYLOAD_TYPE = "application/vnd.pinguard.layer-cache-entry+json"
+#: An in-flight claim lives this long unless its holder extends it (every third of it).
+LOCK_TTL = 30.0
+#: The longest an audit waits for another audit's analysis of a layer before doing it too.
+LOCK_WAIT = 900.0
 
 
 class LayerStore(Protocol):
@@ -151,11 +165,18 @@ class VerifiedCache:
         key: str,
         analyzers: tuple[str, ...],
         keys: FleetKeys = FleetKeys(),
+        *,
+        lock_ttl: float = LOCK_TTL,
+        lock_wait: float = LOCK_WAIT,
     ) -> None:
         self.backend = backend
         self.key = key
         self.analyzers = analyzers
         self.keys = keys
+        self.lock_ttl = lock_ttl
+        self.lock_wait = lock_wait
+        self._token = uuid.uuid4().hex
+        self._claims: set[str] = set()
         self._notes: list[str] = []
         self._down = False
         self._signer: Any = None
@@ -233,15 +254,102 @@ class VerifiedCache:
     def report(self) -> tuple[str, ...]:
         return tuple(self._notes)
 
+    # --- in-flight claims: one audit analyses an uncached layer, the others wait for it
+
+    def claim(self, digest: str) -> bool:
+        """True when this audit should analyse ``digest``: it now holds the layer's claim,
+        or the backend cannot lock (or is down). False: another audit holds it."""
+        if self._down or not isinstance(self.backend, LockingBackend):
+            return True
+        name = entry_name(digest, self.key)
+        try:
+            if not self.backend.lock(name, self._token, int(self.lock_ttl * 1000)):
+                return False
+        except CacheUnavailable as exc:
+            self._unavailable(exc)
+            return True
+        self._claims.add(digest)
+        return True
+
+    def _drop(self, digests: Sequence[str]) -> None:
+        if not isinstance(self.backend, LockingBackend):
+            return
+        for digest in digests:
+            self._claims.discard(digest)
+            try:
+                self.backend.unlock(entry_name(digest, self.key), self._token)
+            except CacheUnavailable as exc:
+                self._unavailable(exc)
+                return
+
+    def _extend(self) -> None:
+        if not isinstance(self.backend, LockingBackend):
+            return
+        for digest in sorted(self._claims):
+            try:
+                self.backend.refresh(
+                    entry_name(digest, self.key), self._token, int(self.lock_ttl * 1000)
+                )
+            except CacheUnavailable:
+                return  # the next get or put reports it
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep this audit's claims alive while the block analyses their layers (a thread
+        extends them every third of their lifetime), and drop them all when it ends: a
+        holder that dies stops extending, so its claims lapse within ``lock_ttl``."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.lock_ttl / 3):
+                self._extend()
+
+        thread = threading.Thread(target=beat, name="pinguard-cache-claims", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self._drop(sorted(self._claims))
+
+    def wait(self, digest: str) -> LayerAnalysis | None:
+        """The analysis another audit is making of ``digest``, once it is cached; None when
+        this audit should analyse the layer itself: the other's claim lapsed or was dropped
+        without an entry (it died or failed; the claim is now this audit's), the cache went
+        down, or ``lock_wait`` passed (said in the notes)."""
+        start = time.monotonic()
+        delay = 0.05
+        while True:
+            hit = self.get(digest)
+            if hit is not None or self._down:
+                return hit
+            if self.claim(digest):
+                hit = self.get(digest)  # written and released between the two reads
+                if hit is not None:
+                    self._drop([digest])
+                return hit
+            waited = time.monotonic() - start
+            if waited >= self.lock_wait:
+                self._notes.append(
+                    f"layer cache {self.backend.describe()}: waited {waited:.0f} s for another "
+                    f"audit's analysis of {digest}; analysed it here too"
+                )
+                return None
+            time.sleep(min(delay, max(0.0, self.lock_wait - waited)))
+            delay = min(delay * 2, 0.5)
+
 
 @dataclass(frozen=True, slots=True)
 class CacheSpec:
     """A shared cache as configured (``--cache URL``): picklable, opened per audit.
 
-    ``url``: ``redis://[:PASSWORD@]HOST:PORT/DB`` or ``rediss://`` (TLS), or
-    ``registry://HOST/REPO`` (a cache repository). ``ttl``: seconds an entry lives (Redis;
-    0: forever). TLS files and the password (else ``$PINGUARD_CACHE_PASSWORD``) for Redis;
-    ``insecure`` allows plain HTTP to a registry cache."""
+    ``url``: ``redis://[:PASSWORD@]HOST:PORT/DB`` or ``rediss://`` (TLS),
+    ``registry://HOST/REPO`` (a cache repository) or ``file:///DIR`` (a shared directory).
+    ``ttl``: seconds an entry lives (Redis; 0: forever). TLS files and the password (else
+    ``$PINGUARD_CACHE_PASSWORD``) for Redis; ``insecure`` allows plain HTTP to a registry
+    cache. ``lock_ttl`` and ``lock_wait``: an in-flight claim's lifetime (extended while its
+    holder works) and the longest an audit waits for another's analysis (Redis)."""
 
     url: str
     keys: FleetKeys = FleetKeys()
@@ -250,10 +358,19 @@ class CacheSpec:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     insecure: tuple[str, ...] = ()
+    lock_ttl: float = LOCK_TTL
+    lock_wait: float = LOCK_WAIT
 
     def backend(self) -> CacheBackend:
         from pinguard.errors import UsageError
 
+        if self.url.startswith("file://"):
+            from pinguard.layers.dircache import DirectoryBackend
+
+            path = self.url[len("file://") :]
+            if not path.startswith("/"):
+                raise UsageError(f"--cache {self.url!r}: expected file:///ABSOLUTE/PATH")
+            return DirectoryBackend(Path(path))
         if self.url.startswith("registry://"):
             from pinguard.layers.registrycache import RegistryBackend
 
@@ -269,9 +386,16 @@ class CacheSpec:
                 tls_key=self.tls_key,
             )
         raise UsageError(
-            f"--cache {self.url!r}: expected redis://HOST:PORT/DB, rediss://... (TLS) or "
-            "registry://HOST/REPO"
+            f"--cache {self.url!r}: expected redis://HOST:PORT/DB, rediss://... (TLS), "
+            "registry://HOST/REPO or file:///DIR"
         )
 
     def open(self, key: str, analyzers: Sequence[str]) -> VerifiedCache:
-        return VerifiedCache(self.backend(), key, tuple(sorted(analyzers)), self.keys)
+        return VerifiedCache(
+            self.backend(),
+            key,
+            tuple(sorted(analyzers)),
+            self.keys,
+            lock_ttl=self.lock_ttl,
+            lock_wait=self.lock_wait,
+        )

@@ -2,7 +2,9 @@
 
 Like trivy's ``fanal::blob::<key>``, one Redis string per layer analysis, named by the layer
 digest and the full cache key (``cachestore.entry_name``), written with ``SET ... EX ttl``
-when a TTL is set. ``redis://`` is plain TCP, ``rediss://`` TLS (a CA bundle, and a client
+when a TTL is set. An in-flight claim on a layer is ``SET pinguard::inflight::<name> TOKEN NX
+PX ttl``, extended and dropped by small scripts that act only while TOKEN still holds it.
+``redis://`` is plain TCP, ``rediss://`` TLS (a CA bundle, and a client
 certificate and key for mutual TLS); AUTH takes the password from the URL or from
 ``$PINGUARD_CACHE_PASSWORD``. Short connect and read timeouts: a cache that is down must
 cost an audit seconds, not minutes. Every Redis error becomes ``CacheUnavailable``. The
@@ -19,6 +21,15 @@ from urllib.parse import urlsplit, urlunsplit
 from pinguard.layers.cachebackend import CacheUnavailable
 
 PREFIX = "pinguard::layer::"
+LOCK_PREFIX = "pinguard::inflight::"
+# drop or extend a claim only while it is still ours (another audit may hold it by now)
+_UNLOCK = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+_REFRESH = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+)
 PASSWORD_ENV = "PINGUARD_CACHE_PASSWORD"
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 10.0
@@ -90,5 +101,25 @@ class RedisBackend:
 
         try:
             self.client().set(PREFIX + name, data, ex=self.ttl or None)
+        except (redis.RedisError, OSError) as exc:
+            raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+    def lock(self, name: str, token: str, ttl_ms: int) -> bool:
+        return bool(self._call("set", LOCK_PREFIX + name, token, nx=True, px=ttl_ms))
+
+    def refresh(self, name: str, token: str, ttl_ms: int) -> bool:
+        return bool(self._call("eval", _REFRESH, 1, LOCK_PREFIX + name, token, ttl_ms))
+
+    def unlock(self, name: str, token: str) -> None:
+        self._call("eval", _UNLOCK, 1, LOCK_PREFIX + name, token)
+
+    def locked(self, name: str) -> bool:
+        return bool(self._call("exists", LOCK_PREFIX + name))
+
+    def _call(self, command: str, *args: Any, **kwargs: Any) -> Any:
+        import redis
+
+        try:
+            return getattr(self.client(), command)(*args, **kwargs)
         except (redis.RedisError, OSError) as exc:
             raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None

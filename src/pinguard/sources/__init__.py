@@ -2,7 +2,8 @@
 
 References follow skopeo/containers-image: ``docker://HOST/REPO[:TAG][@DIGEST]`` (a registry),
 ``docker-daemon:REF``, ``docker-archive:PATH[:REF]``, ``oci:DIR[:TAG]``,
-``oci-archive:PATH[:TAG]`` and ``dir:PATH``. A reference with no transport that is a valid
+``oci-archive:PATH[:TAG]``, ``dir:PATH`` and ``containers-storage:[DRIVER@ROOT]NAME[:TAG]``
+(podman's and buildah's local images, read in place). A reference with no transport that is a valid
 docker reference (``python:3.11``, ``localhost:5000/team/app:1``) is "bare": the daemon is
 tried first, when its socket exists and it has the image, then the registry, and the
 ``ResolvedImage.notes`` say which one answered. A ``word:`` prefix that is neither a known
@@ -49,7 +50,15 @@ __all__ = [
     "split_transport",
 ]
 
-TRANSPORTS = ("docker", "docker-daemon", "docker-archive", "oci", "oci-archive", "dir")
+TRANSPORTS = (
+    "docker",
+    "docker-daemon",
+    "docker-archive",
+    "oci",
+    "oci-archive",
+    "dir",
+    "containers-storage",
+)
 DAEMON_NOTE = "bare reference resolved through the daemon"
 REGISTRY_NOTE = "bare reference resolved through the registry"
 
@@ -176,6 +185,10 @@ def _open(transport: str | None, rest: str, reference: str, options: SourceOptio
         from pinguard.sources.rootfs import DirSource
 
         return DirSource(rest, options)
+    if transport == "containers-storage":
+        from pinguard.sources.storage import ContainersStorageSource
+
+        return ContainersStorageSource(rest, options)
     return _open_bare(rest, options)
 
 
