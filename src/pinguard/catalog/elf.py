@@ -15,7 +15,12 @@ and of each read-only segment before the dynamic segment (up to ``STRTAB_WINDOW`
 them once the wanted strings are located. Every piece is spooled: memory up to
 ``SPOOL_MEMORY`` each, a temporary file beyond, so memory stays bounded whatever the file.
 A fact that really cannot be read is the object's
-``problem``, saying why; nothing is guessed. docs/native.md says why this mechanism was chosen.
+``problem``, saying why; nothing is guessed. The same scanner reads parts at random when the
+content digest is vouched for elsewhere (a zstd:chunked layer's table of contents): ``gaps``
+names the ranges still wanted, ``feed_at`` hands them in, round after round (head, program
+headers, dynamic segment, strings), and no window is kept in case; a file whose name the
+banner table knows is read whole (``banner_wanted``). docs/native.md says why this mechanism
+was chosen.
 """
 
 from __future__ import annotations
@@ -67,6 +72,11 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
     ),
 )
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
+
+
+def banner_wanted(name: str) -> bool:
+    """Whether the banner table knows the file name ``name`` (its content is searched whole)."""
+    return any(fnmatch.fnmatchcase(name, b[1]) for b in BANNERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +186,13 @@ class _Layout:
 class ElfScanner:
     """Feed a shared object's bytes in order with ``feed``; ``finish`` gives its facts."""
 
-    def __init__(self, size: int, name: str = "") -> None:
+    def __init__(self, size: int, name: str = "", *, digest: str | None = None) -> None:
         self.size = size
-        self._pos = 0
+        # ``digest`` given: parts are read at random (``gaps``, ``feed_at``) and the content
+        # digest is the one that vouches for them (a zstd:chunked TOC); no window is kept in
+        # case, since any part can be asked for
+        self._given = digest
+        self._pos = size if digest is not None else 0
         self._hash = hashlib.sha256()
         self._elf: bool | None = None
         # what is kept: the first bytes (ELF and program headers), then by need
@@ -201,26 +215,45 @@ class ElfScanner:
         self._hash.update(data)
         at = self._pos
         self._pos += len(data)
+        if self._take(at, data, at) and self._found is None and self._banners:
+            self._scan(bytes(data))
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """Random access: the byte ranges still wanted (empty once the facts are known)."""
+        return [
+            (p.start + p.length, min(p.end, self.size))
+            for p in self._pieces
+            if not p.filled and p.start + p.length < min(p.end, self.size)
+        ]
+
+    def feed_at(self, at: int, chunk: bytes) -> None:
+        """Random access: the bytes at file offset ``at`` (one of the ``gaps``)."""
+        assert self._given is not None, "feed_at is for a scanner given the digest"
+        assert not self._banners, "a banner is searched in the whole file"
+        self._take(at, memoryview(chunk).cast("B"), 0)
+
+    def _take(self, at: int, data: memoryview, floor: int) -> bool:
+        """Keep what the pieces want of ``data`` (at offset ``at``) and learn from it;
+        bytes before ``floor`` that no piece kept are gone. True when this is an ELF file."""
         if self._elf is False:
-            return
+            return False
         for piece in self._pieces:
             piece.take(at, data)
         self._note_peak()
         if self._elf is None:
             magic = self._read(0, 4)
             if len(magic) < 4:
-                return
+                return False
             self._elf = magic == _ELF_MAGIC
             if not self._elf:
                 self._close()
-                return
+                return False
         # each step may name new pieces, which this same chunk may already hold
-        while self._problem is None and self._advance(at):
+        while self._problem is None and self._advance(floor):
             for piece in self._pieces:
                 piece.take(at, data)
             self._note_peak()
-        if self._found is None and self._banners:
-            self._scan(bytes(data))
+        return True
 
     def _advance(self, at: int) -> bool:
         """Learn what the kept bytes allow; True when that made progress (a new piece to
@@ -245,8 +278,8 @@ class ElfScanner:
             if piece is None:
                 break
             missing = piece.end
-        if missing >= end:
-            return False
+        if missing >= end or (what is None and self._given is not None):
+            return False  # held, or a window kept in case where any part can be asked for
         if missing < at and what is None:
             missing = at
         elif missing < at:
@@ -424,7 +457,9 @@ class ElfScanner:
 
     def finish(self) -> ElfFacts | None:
         """The facts, or None when the member is not an ELF file (a linker script, say)."""
-        digest = "sha256=" + base64.urlsafe_b64encode(self._hash.digest()).rstrip(b"=").decode()
+        digest = self._given or (
+            "sha256=" + base64.urlsafe_b64encode(self._hash.digest()).rstrip(b"=").decode()
+        )
         try:
             return self._finish(digest)
         finally:
