@@ -37,11 +37,13 @@ from pinguard.layers.analysis import (
 )
 from pinguard.layers.cache import LayerCache
 from pinguard.layers.cachestore import CacheSpec, LayerStore
+from pinguard.layers.chunked import LazyUnavailable, TocPosition, analyze_chunked
 from pinguard.models import (
     AuditResult,
     Change,
     ImageInfo,
     Incomplete,
+    LayerRead,
     Platform,
     Snapshot,
     Step,
@@ -68,6 +70,10 @@ class AuditOptions:
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
     limits: LayerLimits = LayerLimits()  # noqa: RUF009 - frozen, so sharing it is safe
+    # "full": stream every layer and prove its DiffID; "lazy": read a zstd:chunked layer
+    # from its table of contents and only the chunks the analyzers need (the DiffID is then
+    # not proven; docs/reliability.md), any other layer, or one that does not verify, full
+    layer_read: str = "full"
 
     def analyzers(self) -> Analyzers:
         """The analyzers these options configure."""
@@ -91,6 +97,61 @@ def _analyze_blob(
         diff_id=layer.diff_id,
         limits=limits,
     )
+
+
+def _analyze_layer(
+    source: ImageSource,
+    layer: LayerRef,
+    analyzers: Analyzers,
+    lazy: bool,
+    limits: LayerLimits | None = None,
+    progress: Callable[[int], None] | None = None,
+    stream: BinaryIO | None = None,
+) -> LayerAnalysis:
+    """One layer: lazily from its zstd:chunked TOC when asked and possible, else streamed
+    (from ``stream`` when the transport handed one, else a blob opened here). A full read
+    asked to be lazy says why in ``LayerAnalysis.lazy["fallback"]``."""
+    reason = ""
+    if lazy:
+        try:
+            position = TocPosition.of(layer.annotation)
+            if position is None:
+                raise LazyUnavailable("it has no zstd:chunked table of contents")
+
+            def fetch(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+                got = source.read_ranges(layer, ranges)
+                if got is None:
+                    raise LazyUnavailable("its transport cannot read parts of a blob")
+                return got
+
+            analysis = analyze_chunked(
+                fetch,
+                position,
+                digest=layer.digest,
+                size=layer.size,
+                select=analyzers.selector(),
+                open_stream=analyzers.open_stream,
+                open_parts=analyzers.open_parts,
+                limits=limits,
+            )
+            if progress is not None and layer.size:
+                progress(layer.size)
+            if stream is not None:
+                stream.close()
+            return analysis
+        except LazyUnavailable as exc:
+            reason = str(exc)
+    own = stream is None
+    if stream is None:
+        stream = source.open_blob(layer)
+    try:
+        analysis = _analyze_blob(stream, layer, analyzers, progress, limits)
+    finally:
+        if own:
+            stream.close()
+    if lazy:
+        analysis.lazy = {"fallback": reason}
+    return analysis
 
 
 def _analyze_tree(layer: LayerRef, analyzers: Analyzers) -> LayerAnalysis:
@@ -156,6 +217,7 @@ def _analyze_one(
     analyzers: Analyzers,
     cache: LayerStore | None,
     limits: LayerLimits,
+    lazy: bool = False,
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
@@ -164,6 +226,13 @@ def _analyze_one(
     global _BUSY  # noqa: PLW0603 - per-process state of a pool worker
     _BUSY = True
     try:
+        if lazy:
+            analysis = _analyze_layer(
+                source, layer, analyzers, True, limits, _byte_reporter(layer.digest)
+            )
+            if cache is not None:
+                cache.put(analysis)
+            return analysis
         stream = source.open_blob(layer)
         try:
             analysis = _analyze_blob(
@@ -239,6 +308,7 @@ def _parallel(
     progress: Progress | None,
     cache: LayerStore | None,
     limits: LayerLimits,
+    lazy: bool = False,
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
@@ -256,7 +326,7 @@ def _parallel(
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, analyzers, cache, limits): layer
+            pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
             for layer in ordered
         }
         try:
@@ -281,6 +351,7 @@ def _sequential(
     analyzers: Analyzers,
     progress: Progress | None,
     limits: LayerLimits,
+    lazy: bool = False,
 ) -> dict[str, LayerAnalysis]:
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
@@ -288,7 +359,7 @@ def _sequential(
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits)
+        out[layer.digest] = _analyze_layer(source, layer, analyzers, lazy, limits, tick, stream)
         if progress is not None:
             progress.done(layer)
     missing = wanted - set(out)
@@ -312,7 +383,8 @@ def load_layers(
     A layer that is a directory on disk (``LayerRef.tree``) is walked in place and never
     cached: its digest names it but does not address its content."""
     analyzers = options.analyzers()
-    key = f"{analyzers.key()}-{options.limits.key()}"
+    lazy = options.layer_read == "lazy"
+    key = _layers_key(options)
     cache: LayerStore | None = None
     if options.shared_cache is not None:
         cache = options.shared_cache.open(key, analyzers.versions())
@@ -342,9 +414,11 @@ def load_layers(
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
-            found.update(_parallel(source, todo, analyzers, jobs, progress, cache, options.limits))
+            found.update(
+                _parallel(source, todo, analyzers, jobs, progress, cache, options.limits, lazy)
+            )
         else:
-            fresh = _sequential(source, todo, analyzers, progress, options.limits)
+            fresh = _sequential(source, todo, analyzers, progress, options.limits, lazy)
             for analysis in fresh.values():
                 if cache is not None:
                     cache.put(analysis)
@@ -354,12 +428,56 @@ def load_layers(
     for layer in layers:
         # fresh analyses were checked while streaming; this covers cache hits
         analysis = found[layer.digest]
+        if lazy_read(analysis):
+            continue  # read from its TOC: the DiffID is not proven (LayerRead says so)
         if layer.tree is None and layer.diff_id and analysis.diff_id != layer.diff_id:
             raise BlobVerificationError(
                 f"layer {layer.digest}: its uncompressed tar is {analysis.diff_id or 'unknown'}, "
                 f"but the image config's diff_id is {layer.diff_id}"
             )
     return found
+
+
+def _layers_key(options: AuditOptions) -> str:
+    """The layer cache key: the analyzers, the limits, and a lazy read's own suffix, so an
+    analysis read from a TOC never answers for a full read."""
+    lazy = "-lazy" if options.layer_read == "lazy" else ""
+    return f"{options.analyzers().key()}-{options.limits.key()}{lazy}"
+
+
+def lazy_read(analysis: LayerAnalysis) -> bool:
+    """Whether ``analysis`` was read from a zstd:chunked TOC (its DiffID not proven)."""
+    return analysis.lazy is not None and "toc" in analysis.lazy
+
+
+def _layer_reads(
+    layers: Sequence[LayerRef], analyses: dict[str, LayerAnalysis]
+) -> tuple[LayerRead, ...]:
+    """How each blob layer was read, when a lazy read was asked for."""
+    out: dict[str, LayerRead] = {}
+    for layer in layers:
+        lazy = analyses[layer.digest].lazy
+        if layer.tree is not None or lazy is None or layer.digest in out:
+            continue
+        if "toc" not in lazy:
+            out[layer.digest] = LayerRead(layer.digest, "full", str(lazy.get("fallback", "")))
+            continue
+
+        def n(key: str, lazy: dict[str, object] = lazy) -> int:
+            value = lazy.get(key)
+            return value if isinstance(value, int) else 0
+
+        out[layer.digest] = LayerRead(
+            layer.digest,
+            "lazy",
+            fetched=n("fetched"),
+            blob_size=layer.size,
+            chunks_verified=n("chunks_verified"),
+            files_whole=n("files_whole"),
+            files_in_parts=n("files_in_parts"),
+            digests_from_toc=n("digests_from_toc"),
+        )
+    return tuple(out.values())
 
 
 def _diff_snapshots(
@@ -486,6 +604,8 @@ def audit_source(
         cache_notes: list[str] = []
         analyses = load_layers(source, resolved.layers, options, progress, cache_notes)
     result = build_result(resolved, analyses, options.analyzers())
+    if options.layer_read == "lazy":
+        result = replace(result, layer_reads=_layer_reads(resolved.layers, analyses))
     if store is not None:
         cache, key = store
         cache.put(key, _to_replay(resolved, result))
@@ -499,8 +619,9 @@ def _replay_store(resolved: ResolvedImage, options: AuditOptions) -> tuple[Repla
     and no layer that is a directory on disk (its digest does not address its content)."""
     if options.cache_dir is None or any(layer.tree is not None for layer in resolved.layers):
         return None
-    layers_key = f"{options.analyzers().key()}-{options.limits.key()}"
-    key = replay_key(layers_key, resolved.platform, resolved.config, resolved.layers)
+    if options.layer_read == "lazy":
+        return None  # the replay keeps no layer reads: a lazy audit reads its layer entries
+    key = replay_key(_layers_key(options), resolved.platform, resolved.config, resolved.layers)
     return ReplayCache(options.cache_dir), key
 
 
