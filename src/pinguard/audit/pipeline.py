@@ -355,7 +355,9 @@ def _sequential(
 ) -> dict[str, LayerAnalysis]:
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
-    for layer, stream in source.iter_blobs(todo):
+    # a lazy read opens a blob only where it falls back (an opened stream costs a request)
+    pairs = ((layer, None) for layer in todo) if lazy else source.iter_blobs(todo)
+    for layer, stream in pairs:
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731

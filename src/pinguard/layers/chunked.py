@@ -73,6 +73,8 @@ MAX_TOC = 256 << 20
 MERGE_GAP = 64 << 10
 #: At most this many compressed bytes are held per fetch (memory stays bounded).
 BATCH = 16 << 20
+#: A file to stream no larger than this is fetched with the files to capture, and held.
+SMALL = 1 << 20
 #: A part reader asks for what it needs in at most this many rounds.
 ROUNDS = 8
 
@@ -322,6 +324,24 @@ class _Reader:
                 self._counts.chunks += 1
                 yield name, c, data
 
+    def files(self, entries: Sequence[TocEntry]) -> dict[str, bytes]:
+        """Several files whole, fetched together, each checked against its digest."""
+        by_name = {e.name: e for e in entries}
+        pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in by_name}
+        wanted = [(e.name, c) for e in by_name.values() for c in e.chunks]
+        for name, c, data in self.chunks(wanted):
+            pieces[name].append((c.at, data))
+        out: dict[str, bytes] = {}
+        for name, entry in by_name.items():
+            data = b"".join(d for _at, d in sorted(pieces[name]))
+            if len(data) != entry.size or hashlib.sha256(data).hexdigest() != (
+                entry.digest or hashlib.sha256().hexdigest()
+            ):
+                raise LazyUnavailable(f"{name!r} does not match its TOC digest")
+            self._counts.whole += 1
+            out[name] = data
+        return out
+
     def whole(self, entry: TocEntry, sink: Callable[[bytes], object]) -> None:
         """A file's content, chunk by chunk in order, checked against the file's digest."""
         h = hashlib.sha256()
@@ -446,18 +466,16 @@ def analyze_chunked(
             result.opaque_made = sorted(names.made(result.opaque))
     finally:
         names.close()
+    small = [e for e in streams if e.size <= SMALL]
+    streams = [e for e in streams if e.size > SMALL]
+    held = reader.files([e for e, _p, _w in captures] + small)
     for entry, path, want in captures:
-        pieces: list[bytes] = []
-        if entry.size:
-            reader.whole(entry, pieces.append)
-        data = b"".join(pieces)
+        data = held[entry.name]
         result.files[path] = data
         if want & STREAM:  # captured and streamed: the consumer gets the same bytes
-            if open_stream is None:
-                raise LazyUnavailable(f"{path!r} selected for streaming but nothing consumes it")
-            stream = open_stream(path, entry.size)
-            stream.update(memoryview(data))
-            result.streamed[path] = stream.close()
+            _consume(open_stream, path, data, result)
+    for entry in small:
+        _consume(open_stream, normalize(entry.name), held[entry.name], result)
     for entry in streams:
         _stream_whole(reader, entry, open_stream, result)
     _read_parts(reader, {e.name: (e, p) for e, p in parts.values()})
@@ -477,6 +495,17 @@ def analyze_chunked(
         "digests_from_toc": counts.unread,
     }
     return result
+
+
+def _consume(
+    open_stream: StreamOpener | None, path: str, data: bytes, result: LayerAnalysis
+) -> None:
+    """A STREAM member whose verified content is held: its consumer's summary."""
+    if open_stream is None:
+        raise LazyUnavailable(f"{path!r} selected for streaming but nothing consumes it")
+    stream = open_stream(path, len(data))
+    stream.update(memoryview(data))
+    result.streamed[path] = stream.close()
 
 
 def _stream_whole(
