@@ -99,59 +99,31 @@ def _analyze_blob(
     )
 
 
-def _analyze_layer(
-    source: ImageSource,
-    layer: LayerRef,
-    analyzers: Analyzers,
-    lazy: bool,
-    limits: LayerLimits | None = None,
-    progress: Callable[[int], None] | None = None,
-    stream: BinaryIO | None = None,
+def _read_lazily(
+    source: ImageSource, layer: LayerRef, analyzers: Analyzers, limits: LayerLimits
 ) -> LayerAnalysis:
-    """One layer: lazily from its zstd:chunked TOC when asked and possible, else streamed
-    (from ``stream`` when the transport handed one, else a blob opened here). A full read
-    asked to be lazy says why in ``LayerAnalysis.lazy["fallback"]``."""
-    reason = ""
-    if lazy:
-        try:
-            position = TocPosition.of(layer.annotation)
-            if position is None:
-                raise LazyUnavailable("it has no zstd:chunked table of contents")
+    """One layer from its zstd:chunked TOC and the chunks its analyzers need
+    (``pinguard.layers.chunked``); ``LazyUnavailable`` says why it cannot be."""
+    position = TocPosition.of(layer.annotation)
+    if position is None:
+        raise LazyUnavailable("it has no zstd:chunked table of contents")
 
-            def fetch(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-                got = source.read_ranges(layer, ranges)
-                if got is None:
-                    raise LazyUnavailable("its transport cannot read parts of a blob")
-                return got
+    def fetch(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        got = source.read_ranges(layer, ranges)
+        if got is None:
+            raise LazyUnavailable("its transport cannot read parts of a blob")
+        return got
 
-            analysis = analyze_chunked(
-                fetch,
-                position,
-                digest=layer.digest,
-                size=layer.size,
-                select=analyzers.selector(),
-                open_stream=analyzers.open_stream,
-                open_parts=analyzers.open_parts,
-                limits=limits,
-            )
-            if progress is not None and layer.size:
-                progress(layer.size)
-            if stream is not None:
-                stream.close()
-            return analysis
-        except LazyUnavailable as exc:
-            reason = str(exc)
-    own = stream is None
-    if stream is None:
-        stream = source.open_blob(layer)
-    try:
-        analysis = _analyze_blob(stream, layer, analyzers, progress, limits)
-    finally:
-        if own:
-            stream.close()
-    if lazy:
-        analysis.lazy = {"fallback": reason}
-    return analysis
+    return analyze_chunked(
+        fetch,
+        position,
+        digest=layer.digest,
+        size=layer.size,
+        select=analyzers.selector(),
+        open_stream=analyzers.open_stream,
+        open_parts=analyzers.open_parts,
+        limits=limits,
+    )
 
 
 def _analyze_tree(layer: LayerRef, analyzers: Analyzers) -> LayerAnalysis:
@@ -217,7 +189,6 @@ def _analyze_one(
     analyzers: Analyzers,
     cache: LayerStore | None,
     limits: LayerLimits,
-    lazy: bool = False,
 ) -> LayerAnalysis:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
@@ -226,13 +197,6 @@ def _analyze_one(
     global _BUSY  # noqa: PLW0603 - per-process state of a pool worker
     _BUSY = True
     try:
-        if lazy:
-            analysis = _analyze_layer(
-                source, layer, analyzers, True, limits, _byte_reporter(layer.digest)
-            )
-            if cache is not None:
-                cache.put(analysis)
-            return analysis
         stream = source.open_blob(layer)
         try:
             analysis = _analyze_blob(
@@ -308,7 +272,6 @@ def _parallel(
     progress: Progress | None,
     cache: LayerStore | None,
     limits: LayerLimits,
-    lazy: bool = False,
 ) -> dict[str, LayerAnalysis]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis] = {}
@@ -326,7 +289,7 @@ def _parallel(
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
         pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
+            pool.submit(_analyze_one, source, layer, analyzers, cache, limits): layer
             for layer in ordered
         }
         try:
@@ -351,17 +314,14 @@ def _sequential(
     analyzers: Analyzers,
     progress: Progress | None,
     limits: LayerLimits,
-    lazy: bool = False,
 ) -> dict[str, LayerAnalysis]:
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
-    # a lazy read opens a blob only where it falls back (an opened stream costs a request)
-    pairs = ((layer, None) for layer in todo) if lazy else source.iter_blobs(todo)
-    for layer, stream in pairs:
+    for layer, stream in source.iter_blobs(todo):
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        out[layer.digest] = _analyze_layer(source, layer, analyzers, lazy, limits, tick, stream)
+        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits)
         if progress is not None:
             progress.done(layer)
     missing = wanted - set(out)
@@ -412,19 +372,39 @@ def load_layers(
         found[layer.digest] = _analyze_tree(layer, analyzers)
         if progress is not None:
             progress.done(layer)
+    fallbacks: dict[str, str] = {}
+    if lazy:
+        # in this process, one layer after the other: a lazy read is a few requests and
+        # little CPU, so worker processes would cost more than they save; a layer that
+        # cannot be read lazily goes on to the full read below, its reason kept
+        rest: list[LayerRef] = []
+        for layer in todo:
+            try:
+                analysis = _read_lazily(source, layer, analyzers, options.limits)
+            except LazyUnavailable as exc:
+                fallbacks[layer.digest] = str(exc)
+                rest.append(layer)
+                continue
+            found[layer.digest] = analysis
+            if cache is not None:
+                cache.put(analysis)
+            if progress is not None:
+                progress.advance(layer, layer.size or 0)
+                progress.done(layer)
+        todo = rest
     jobs = options.jobs or (os.cpu_count() or 1)
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
-            found.update(
-                _parallel(source, todo, analyzers, jobs, progress, cache, options.limits, lazy)
-            )
+            found.update(_parallel(source, todo, analyzers, jobs, progress, cache, options.limits))
         else:
-            fresh = _sequential(source, todo, analyzers, progress, options.limits, lazy)
+            fresh = _sequential(source, todo, analyzers, progress, options.limits)
             for analysis in fresh.values():
                 if cache is not None:
                     cache.put(analysis)
             found.update(fresh)
+    for digest, reason in fallbacks.items():
+        found[digest].lazy = {"fallback": reason}  # read in full: why, for the report
     if cache is not None and notes is not None:
         notes.extend(cache.report())
     for layer in layers:
@@ -459,10 +439,11 @@ def _layer_reads(
     out: dict[str, LayerRead] = {}
     for layer in layers:
         lazy = analyses[layer.digest].lazy
-        if layer.tree is not None or lazy is None or layer.digest in out:
+        if layer.tree is not None or layer.digest in out:
             continue
-        if "toc" not in lazy:
-            out[layer.digest] = LayerRead(layer.digest, "full", str(lazy.get("fallback", "")))
+        if lazy is None or "toc" not in lazy:  # a full read (from the cache: no reason kept)
+            why = str((lazy or {}).get("fallback", "read in full (a cached analysis)"))
+            out[layer.digest] = LayerRead(layer.digest, "full", why)
             continue
 
         def n(key: str, lazy: dict[str, object] = lazy) -> int:
