@@ -328,3 +328,24 @@ def test_toc_digests_are_checked_against_every_chunk(
         open_parts=analyzers.open_parts,
     )
     assert any(p.endswith("bar-1.0.dist-info/METADATA") for p in analysis.files)
+
+
+def test_lazy_entries_never_answer_for_a_full_read(tmp_path: Path, pushed: dict[str, str]) -> None:
+    """One cache directory, a lazy audit then a full one: the full audit does not take the
+    lazy entries (whose DiffIDs are unproven: it would refuse them), it reads and proves
+    every layer; the lazy audit run again takes its own entries and still says lazy."""
+    address = pushed["chunked"].split("/")[2]
+    source = SourceOptions(insecure_registries=(address,))
+    cache = tmp_path / "cache"
+    lazy = AuditOptions(source=source, cache_dir=cache, layer_read="lazy")
+    first = audit_image(pushed["chunked"], options=lazy)
+    assert [r.mode for r in first.layer_reads] == ["lazy", "lazy"]
+    full = audit_image(pushed["chunked"], options=AuditOptions(source=source, cache_dir=cache))
+    assert full.layer_reads == ()
+    assert [s.changes for s in full.steps] == [s.changes for s in first.steps]
+    again = audit_image(pushed["chunked"], options=lazy)
+    assert [r.mode for r in again.layer_reads] == ["lazy", "lazy"]
+    entries = [p.name for p in cache.rglob("*.json")]
+    lazy_entries = [n for n in entries if n.endswith("-lazy.json")]
+    assert len(lazy_entries) == 2, entries  # beside the two full entries, never instead
+    assert len([n for n in entries if n.startswith("sha256-")]) == 4, entries
