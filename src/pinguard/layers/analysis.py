@@ -97,7 +97,7 @@ class LayerAnalysis:
             "links": dict(sorted(self.links.items())),
             "diff_id": self.diff_id,
             "name_flags": [f.to_json() for f in sorted(self.name_flags)],
-            "lazy": self.lazy,
+            **({"lazy": self.lazy} if self.lazy is not None else {}),  # a lazy read only
         }
 
     @classmethod
