@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,19 +157,9 @@ def test_a_gzip_image_read_lazily_is_read_in_full_and_says_why(pushed: dict[str,
     assert all("no zstd:chunked table of contents" in r["reason"] for r in doc["layer_reads"])
 
 
-@pytest.fixture
-def front(scenario_registry: RegistryServer) -> Iterator[HTTPFront]:
-    """A front that answers every multi-range request with the whole blob (HTTP 200)."""
-    with HTTPFront(scenario_registry.address, drop_multi_range=True) as f:
-        yield f
-
-
-def test_a_registry_refusing_multi_range_is_read_with_single_ranges(
-    pushed: dict[str, str], front: HTTPFront
-) -> None:
-    """The fetcher asks for several ranges once, gets the whole blob (200), closes it unread
-    and reads single ranges from then on: the same packages, still a small share of bytes."""
-    ref = pushed["chunked"].replace(pushed["chunked"].split("/")[2], front.address)
+def _lazy_through(front: HTTPFront, ref: str) -> tuple[Any, list[str]]:
+    """A lazy audit of ``ref`` through ``front``: the result, and the blob requests' ranges."""
+    ref = ref.replace(ref.split("/")[2], front.address)
     options = AuditOptions(
         source=SourceOptions(insecure_registries=(front.address,)), layer_read="lazy", jobs=1
     )
@@ -178,13 +167,26 @@ def test_a_registry_refusing_multi_range_is_read_with_single_ranges(
     assert [r.mode for r in result.layer_reads] == ["lazy", "lazy"]
     names = {(d.name, d.raw_version) for e in result.final.environments for d in e.distributions}
     assert names == {("foo", "1.9"), ("bar", "1.0"), ("zoo", "1.0")}
-    ranges = [r.headers.get("Range", "") for r in front.requests if "/blobs/" in r.path]
+    fetched = sum(r.fetched for r in result.layer_reads)
+    assert fetched < 0.05 * sum(r.blob_size or 0 for r in result.layer_reads)
+    return result, [r.headers.get("Range", "") for r in front.requests if "/blobs/" in r.path]
+
+
+def test_a_registry_refusing_multi_range_is_read_with_single_ranges(
+    pushed: dict[str, str], scenario_registry: RegistryServer
+) -> None:
+    """docker-registry answers several ranges in one multipart request; behind a front that
+    answers them with the whole blob (200), the fetcher closes that answer unread, reads
+    single ranges from then on, and gets the same packages from a small share of bytes."""
+    with HTTPFront(scenario_registry.address) as plain:
+        _result, direct = _lazy_through(plain, pushed["chunked"])
+    with HTTPFront(scenario_registry.address, drop_multi_range=True) as dropping:
+        _result, ranges = _lazy_through(dropping, pushed["chunked"])
+    assert any("," in r for r in direct)  # the registry served a multi-range request
     multi = [r for r in ranges if "," in r]
     single = [r for r in ranges if r and "," not in r]
     assert len(multi) == 1, ranges  # asked once; after the whole blob came back, never again
-    assert len(single) > 2
-    fetched = sum(r.fetched for r in result.layer_reads)
-    assert fetched < 0.05 * sum(r.blob_size or 0 for r in result.layer_reads)
+    assert len(single) > len([r for r in direct if r])
 
 
 def _chunked_layout(tmp_path: Path, scenario_registry: RegistryServer, ref: str) -> Path:
