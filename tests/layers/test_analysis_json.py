@@ -81,4 +81,3 @@ def test_a_lazy_read_keeps_what_it_verified_and_a_full_read_has_no_such_field() 
     lazy.lazy = {"toc": "sha256:" + "ee" * 32, "fetched": 1234, "chunks_verified": 7}
     back = LayerAnalysis.from_json(json.loads(json.dumps(lazy.to_json())))
     assert back.lazy == lazy.lazy
-

@@ -33,6 +33,7 @@ that does not verify raises ``LazyUnavailable``: the caller then streams the lay
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import io
 import json
@@ -303,6 +304,7 @@ class _Reader:
                 else:
                     ranges.append([c.start, c.end])
             spans = [(a, b) for a, b in ranges]
+            starts = [a for a, _b in spans]
             try:
                 got = self._fetch(spans)
             except LazyUnavailable:
@@ -315,7 +317,7 @@ class _Reader:
                     raise LazyUnavailable(f"bytes {a}-{b - 1} came back short")
                 self._counts.fetched += len(data)
             for name, c in batch:
-                k = next(j for j, (a, b) in enumerate(spans) if a <= c.start and c.end <= b)
+                k = bisect.bisect_right(starts, c.start) - 1  # the span holding the chunk
                 raw = got[k][c.start - spans[k][0] : c.end - spans[k][0]]
                 what = f"the chunk of {name!r} at {c.at}"
                 data = _inflate(raw, c.size, what)
