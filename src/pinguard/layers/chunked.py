@@ -41,8 +41,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import zstandard
-
 from pinguard.layers.analysis import WHITEOUT, LayerAnalysis, LayerLimits, record_member
 from pinguard.layers.names import SPILL_CHECK, MemberNames
 from pinguard.layers.tar import (
@@ -252,6 +250,8 @@ def _b64(hexd: str) -> str:
 
 def _inflate(data: bytes, size: int, what: str) -> bytes:
     """The zstd frames ``data`` holds, which must inflate to exactly ``size`` bytes."""
+    import zstandard  # here: the guard's zipapp ships without it and never reads lazily
+
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(
             io.BytesIO(data), read_across_frames=True
