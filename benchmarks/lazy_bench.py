@@ -10,8 +10,9 @@ skopeo compresses rather than reusing gzip blobs) to Debian's ``docker-registry`
 the chunks analyzers need), both subprocesses with an empty cache, and prints the bytes the
 lazy read fetched against the compressed size, its wall time against the floor and against
 the full audit, and whether both audits found the same packages, native facts, findings and
-verdict. The last release has no lazy read, so the baseline is the full audit of this
-checkout, measured in the same run. ``--smoke`` does the same on a small image built here
+verdict. The last release has no lazy read: ``--baseline REV`` adds its full audit
+(``git archive``, as ``audit_bench.py`` does) beside this checkout's, in the same run.
+``--smoke`` does the same on a small image built here
 (four distributions beside 64 MB of random bytes no analyzer reads, and a real shared
 object), for ``tests/test_lazy_bench_smoke.py``; ``--max-bytes`` and ``--max-floor-ratio``
 make the script exit 1 when the lazy read fetches more than that share of the compressed
@@ -31,10 +32,10 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import ROOT, run_audit
+from audit_bench import ROOT, baseline_src, run_audit
 
 REPO = "bench/lazy"
 TORCH = "localhost/pinguard-test/torch-real:2.14.1-v1"
@@ -117,7 +118,8 @@ def _floor_one(url: str) -> int:
     out = 0
     with requests.get(url, stream=True, timeout=60) as resp:
         resp.raise_for_status()
-        reader = zstandard.ZstdDecompressor().stream_reader(resp.raw, read_across_frames=True)
+        raw = cast(IO[bytes], resp.raw)
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         while chunk := reader.read(1 << 20):
             out += len(chunk)
     return out
@@ -186,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="a small image built here")
     ap.add_argument("--workdir", type=Path, default=Path.home() / ".cache/pinguard-lazy-bench")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run the full audit of REV (git archive; the last release has no lazy read)",
+    )
     ap.add_argument("--max-bytes", type=float, help="fail past this share of compressed bytes")
     ap.add_argument("--max-floor-ratio", type=float, help="fail past lazy wall / floor wall")
     args = ap.parse_args(argv)
@@ -213,6 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             full = run_audit(ref, work / "full-cache", work / "full.json")
             lazy = run_audit(ref, work / "lazy-cache", work / "lazy.json", ["--layer-read", "lazy"])
             layers_s = lazy_layers(ref)
+            last = None
+            if args.baseline:
+                commit, src = baseline_src(args.workdir, args.baseline)
+                last = (commit, run_audit(ref, work / "last-cache", work / "last.json", src=src))
             same = facts(work / "full.json") == facts(work / "lazy.json")
             reads = json.loads((work / "lazy.json").read_text()).get("layer_reads", [])
     finally:
@@ -231,6 +242,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{lazy.max_rss >> 20:>6} MiB{lazy.seconds / floor_s:9.2f}",
         f"{'lazy layers (load_layers alone)':<34}{layers_s:9.2f}{'':>9}{'':>10}"
         f"{layers_s / floor_s:9.2f}",
+        *(
+            [
+                f"{'full audit, last release ' + last[0]:<34}{last[1].seconds:9.2f}"
+                f"{last[1].cpu:9.2f}{last[1].max_rss >> 20:>6} MiB"
+                f"{last[1].seconds / floor_s:9.2f}",
+                f"lazy/last release: {lazy.seconds / last[1].seconds:.3f}",
+            ]
+            if last
+            else []
+        ),
         f"layers read lazily: {lazy_count} of {len(reads)}",
         f"bytes fetched: {fetched} of {stored} compressed ({100 * share:.2f}%)",
         f"lazy/floor: {lazy.seconds / floor_s:.3f} ({floor_s / lazy.seconds:.1f}x under the floor)",
