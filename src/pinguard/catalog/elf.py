@@ -18,8 +18,9 @@ A fact that really cannot be read is the object's
 ``problem``, saying why; nothing is guessed. The same scanner reads parts at random when the
 content digest is vouched for elsewhere (a zstd:chunked layer's table of contents): ``gaps``
 names the ranges still wanted, ``feed_at`` hands them in, round after round (head, program
-headers, dynamic segment, strings), and no window is kept in case; a file whose name the
-banner table knows is read whole (``banner_wanted``). docs/native.md says why this mechanism
+headers, dynamic segment, strings), and no window is kept in case; in a file whose name the
+banner table knows, the banner is searched from the start in growing steps up to its first
+match, as the stream finds it. docs/native.md says why this mechanism
 was chosen.
 """
 
@@ -72,11 +73,10 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
     ),
 )
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
-
-
-def banner_wanted(name: str) -> bool:
-    """Whether the banner table knows the file name ``name`` (its content is searched whole)."""
-    return any(fnmatch.fnmatchcase(name, b[1]) for b in BANNERS)
+#: Random access: the banner search reads this much first, then twice as much each round,
+#: up to ``BANNER_STEP_MAX`` (NCCL's banner lies 2.9 MB into its 252 MB library).
+BANNER_STEP = 1 << 20
+BANNER_STEP_MAX = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +206,10 @@ class ElfScanner:
         self._tail = b""
         self._found: tuple[str, str] | None = None
         self._peak = (0, 0)
+        # random access: the banner is searched in order from the start, a growing step at
+        # a time, and the search stops at the first match (as the stream's does)
+        self._scan_pos = 0
+        self._step = BANNER_STEP
 
     # -- streaming -------------------------------------------------------------------------
     def feed(self, chunk: bytes | bytearray | memoryview) -> None:
@@ -219,18 +223,34 @@ class ElfScanner:
             self._scan(bytes(data))
 
     def gaps(self) -> list[tuple[int, int]]:
-        """Random access: the byte ranges still wanted (empty once the facts are known)."""
-        return [
+        """Random access: the byte ranges still wanted (empty once the facts are known):
+        the pieces the facts lie in, and the next stretch of the banner search."""
+        out = [
             (p.start + p.length, min(p.end, self.size))
             for p in self._pieces
             if not p.filled and p.start + p.length < min(p.end, self.size)
         ]
+        if self._searching():
+            out.append((self._scan_pos, min(self.size, self._scan_pos + self._step)))
+        return out
+
+    def _searching(self) -> bool:
+        return (
+            bool(self._banners)
+            and self._elf is not False
+            and self._found is None
+            and self._scan_pos < self.size
+        )
 
     def feed_at(self, at: int, chunk: bytes) -> None:
         """Random access: the bytes at file offset ``at`` (one of the ``gaps``)."""
         assert self._given is not None, "feed_at is for a scanner given the digest"
-        assert not self._banners, "a banner is searched in the whole file"
-        self._take(at, memoryview(chunk).cast("B"), 0)
+        data = memoryview(chunk).cast("B")
+        searching = self._searching() and at == self._scan_pos
+        if self._take(at, data, 0) and searching:
+            self._scan(bytes(data))
+            self._scan_pos += len(data)
+            self._step = min(2 * self._step, BANNER_STEP_MAX)
 
     def _take(self, at: int, data: memoryview, floor: int) -> bool:
         """Keep what the pieces want of ``data`` (at offset ``at``) and learn from it;
@@ -468,6 +488,12 @@ class ElfScanner:
     def _finish(self, digest: str) -> ElfFacts | None:
         if self._elf is not True:
             return None
+        if self._given is not None and self._searching():
+            return ElfFacts(
+                digest=digest,
+                size=self.size,
+                problem=f"the banner search stopped at {self._scan_pos} of {self.size} bytes",
+            )
         if self._found is None and self._tail:
             for library, _glob, _prefix, pattern in self._banners:
                 m = pattern.search(self._tail)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pinguard.catalog.elf import BANNERS, ElfFacts, ElfScanner, banner_wanted, scan_bytes
+from pinguard.catalog.elf import BANNERS, ElfFacts, ElfScanner, scan_bytes
 from pinguard.catalog.interface import (
     Analyzer,
     AnalyzerOptions,
@@ -309,8 +309,8 @@ class NativeAnalyzer(Analyzer):
         return ElfStream(path, size)
 
     def open_parts(self, path: str, size: int, digest: str) -> PartReader | None:
-        if is_dpkg_list(path) or banner_wanted(posixpath.basename(path)):
-            return None  # read whole: a file list, or a file whose banner is searched
+        if is_dpkg_list(path):
+            return None  # a file list: read whole
         return ElfParts(path, size, digest)
 
     def session(self) -> NativeSession:

@@ -74,8 +74,6 @@ MERGE_GAP = 64 << 10
 BATCH = 16 << 20
 #: A file to stream no larger than this is fetched with the files to capture, and held.
 SMALL = 1 << 20
-#: A part reader asks for what it needs in at most this many rounds.
-ROUNDS = 8
 
 _TYPES = {
     "reg": b"0",
@@ -362,18 +360,20 @@ class _Reader:
 def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) -> None:
     """Every part reader's rounds, all files at once per round: the chunks holding what
     each asks for are fetched (each verified) and handed in."""
-    for _ in range(ROUNDS):
+    last: dict[str, list[tuple[int, int]]] = {}
+    while True:
         wanted: list[tuple[str, Chunk]] = []
         asks: dict[str, list[tuple[int, int]]] = {}
         for name, (entry, part) in parts.items():
             gaps = part.gaps()
-            if not gaps:
-                continue
+            if not gaps or gaps == last.get(name):
+                continue  # done, or asking again for what it was given: its close() says
             asks[name] = gaps
             for lo, hi in gaps:
                 wanted.extend((name, c) for c in entry.chunks if c.at < hi and lo < c.at + c.size)
         if not wanted:
             return
+        last = asks
         got: dict[str, list[tuple[int, bytes]]] = {}
         for name, c, data in reader.chunks(wanted):
             got.setdefault(name, []).append((c.at, data))
