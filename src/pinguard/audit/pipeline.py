@@ -189,14 +189,24 @@ def _analyze_one(
     analyzers: Analyzers,
     cache: LayerStore | None,
     limits: LayerLimits,
-) -> LayerAnalysis:
+    lazy: bool = False,
+) -> LayerAnalysis | str:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
     through the pool's queue as they flow, when the parent asked for progress. Stopped by
-    the parent (SIGTERM), it unwinds and exits at once: the pool is being torn down."""
+    the parent (SIGTERM), it unwinds and exits at once: the pool is being torn down.
+    ``lazy``: read from the layer's zstd:chunked TOC, or return why it cannot be."""
     global _BUSY  # noqa: PLW0603 - per-process state of a pool worker
     _BUSY = True
     try:
+        if lazy:
+            try:
+                analysis = _read_lazily(source, layer, analyzers, limits)
+            except LazyUnavailable as exc:
+                return str(exc)
+            if cache is not None:
+                cache.put(analysis)
+            return analysis
         stream = source.open_blob(layer)
         try:
             analysis = _analyze_blob(
@@ -272,9 +282,10 @@ def _parallel(
     progress: Progress | None,
     cache: LayerStore | None,
     limits: LayerLimits,
-) -> dict[str, LayerAnalysis]:
+    lazy: bool = False,
+) -> dict[str, LayerAnalysis | str]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    out: dict[str, LayerAnalysis] = {}
+    out: dict[str, LayerAnalysis | str] = {}
     queue = ctx.SimpleQueue() if progress is not None else None
     by_digest = {layer.digest: layer for layer in todo}
 
@@ -288,8 +299,8 @@ def _parallel(
     ) as pool:
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
-        pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, analyzers, cache, limits): layer
+        pending: dict[Future[LayerAnalysis | str], LayerRef] = {
+            pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
             for layer in ordered
         }
         try:
@@ -373,30 +384,37 @@ def load_layers(
         if progress is not None:
             progress.done(layer)
     fallbacks: dict[str, str] = {}
-    if lazy:
-        # in this process, one layer after the other: a lazy read is a few requests and
-        # little CPU, so worker processes would cost more than they save; a layer that
-        # cannot be read lazily goes on to the full read below, its reason kept
+    jobs = options.jobs or (os.cpu_count() or 1)
+    if lazy and todo:
+        # a lazy read is a few requests and some CPU per layer (its TOC): several layers
+        # go to worker processes, one is read here; a layer that cannot be read lazily
+        # goes on to the full read below, its reason kept
+        if source.parallel_safe and len(todo) > 1 and jobs > 1:
+            done = _parallel(
+                source, todo, analyzers, min(jobs, len(todo)), None, cache, options.limits, True
+            )
+        else:
+            done = {
+                layer.digest: _analyze_one(source, layer, analyzers, cache, options.limits, True)
+                for layer in todo
+            }
         rest: list[LayerRef] = []
         for layer in todo:
-            try:
-                analysis = _read_lazily(source, layer, analyzers, options.limits)
-            except LazyUnavailable as exc:
-                fallbacks[layer.digest] = str(exc)
+            got = done[layer.digest]
+            if isinstance(got, str):
+                fallbacks[layer.digest] = got
                 rest.append(layer)
                 continue
-            found[layer.digest] = analysis
-            if cache is not None:
-                cache.put(analysis)
+            found[layer.digest] = got
             if progress is not None:
                 progress.advance(layer, layer.size or 0)
                 progress.done(layer)
         todo = rest
-    jobs = options.jobs or (os.cpu_count() or 1)
     if todo:
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
-            found.update(_parallel(source, todo, analyzers, jobs, progress, cache, options.limits))
+            full = _parallel(source, todo, analyzers, jobs, progress, cache, options.limits)
+            found.update((k, v) for k, v in full.items() if isinstance(v, LayerAnalysis))
         else:
             fresh = _sequential(source, todo, analyzers, progress, options.limits)
             for analysis in fresh.values():

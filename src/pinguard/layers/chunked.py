@@ -139,14 +139,65 @@ class Chunk:
 
 @dataclass(slots=True)
 class TocEntry:
-    """One tar entry as the TOC states it (chunks folded into their file)."""
+    """One tar entry as the TOC states it. A regular file's chunks are parsed and checked
+    only when the file is read (``chunks``): most files of a layer never are."""
 
     type: str
     name: str
     size: int = 0
     linkname: str = ""
     digest: str = ""  # hex sha256 of the content ("" for an empty file)
-    chunks: list[Chunk] = field(default_factory=list)
+    raw: list[dict[str, Any]] = field(default_factory=list)  # the file's TOC entry, its chunks
+    limit: int = 0  # the TOC's offset: every chunk lies before it
+    _index_cache: tuple[list[int], list[int], list[int], int] | None = None
+
+    def chunks(self, lo: int = 0, hi: int | None = None) -> list[Chunk]:
+        """The file's chunks holding bytes ``[lo, hi)`` (default: all), in order, each with
+        its compressed range; the file's chunks are first checked, all of them, to tile its
+        content and to lie, in order, before the TOC."""
+        if not self.size:
+            return []
+        ats, sizes, starts, end = self._index()
+        first = bisect.bisect_right(ats, lo) - 1
+        last = len(ats) if hi is None else bisect.bisect_left(ats, hi)
+        single = len(self.raw) == 1 or not self.raw[0].get("chunkDigest")
+        return [
+            Chunk(
+                ats[k],
+                sizes[k],
+                starts[k],
+                starts[k + 1] if k + 1 < len(starts) else end,
+                self.digest if single else _hex(self.raw[k].get("chunkDigest"), self.name),
+            )
+            for k in range(max(first, 0), last)
+        ]
+
+    def _index(self) -> tuple[list[int], list[int], list[int], int]:
+        """(content offsets, sizes, compressed starts) of the chunks, and the compressed end."""
+        if self._index_cache is not None:
+            return self._index_cache
+        head = self.raw[0]
+        ats: list[Any]
+        sizes: list[Any]
+        starts: list[Any]
+        if len(self.raw) == 1 or not head.get("chunkDigest"):  # one piece: the file's digest
+            ats, sizes, starts = [0], [self.size], [head.get("offset")]
+        else:
+            ats = [0, *(r.get("chunkOffset") for r in self.raw[1:])]
+            sizes = [r.get("chunkSize") for r in self.raw]
+            starts = [r.get("offset") for r in self.raw]
+        end: Any = head.get("endOffset")
+        numbers = [*ats, *sizes, *starts, end]
+        if not all(type(v) is int and v >= 0 for v in numbers):
+            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} have a bad offset or size")
+        tiled = all(a + n == b for a, n, b in zip(ats, sizes, ats[1:], strict=False))
+        ordered = all(a < b for a, b in zip(starts, [*starts[1:], end], strict=True))
+        if not (tiled and ordered and all(sizes)) or ats[-1] + sizes[-1] != self.size:
+            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} do not tile its content")
+        if end > self.limit or not self.digest:
+            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} lie past the TOC")
+        self._index_cache = (ats, sizes, starts, end)
+        return self._index_cache
 
 
 def _hex(value: object, what: str) -> str:
@@ -167,8 +218,8 @@ def _int(raw: dict[str, Any], key: str) -> int:
 
 
 def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
-    """The entries of an uncompressed TOC (JSON), each file's chunks checked to tile its
-    content and to lie, in order, before the TOC itself."""
+    """The entries of an uncompressed TOC (JSON); chunks are kept with their file, to be
+    checked when it is read (``TocEntry.chunks``)."""
     try:
         doc = json.loads(data)
     except ValueError as exc:
@@ -179,64 +230,39 @@ def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
     if not isinstance(raws, list):
         raise LazyUnavailable("its TOC has no entries list")
     out: list[TocEntry] = []
-    ends: list[int] = []  # per chunked file: its compressed end (for its last chunk)
-    for raw in raws:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise LazyUnavailable("its TOC has an entry without a name")
-        kind = raw.get("type")
-        if kind == "chunk":
-            if not out or out[-1].type != "reg" or out[-1].name != raw["name"]:
-                raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
-            out[-1].chunks.append(
-                Chunk(
-                    _int(raw, "chunkOffset"),
-                    _int(raw, "chunkSize"),
-                    _int(raw, "offset"),
-                    0,
-                    _hex(raw.get("chunkDigest"), raw["name"]),
+    chunks: list[dict[str, Any]] = []  # the raw entries of the last regular file
+    last_name: object = None
+    try:
+        for raw in raws:
+            kind = raw["type"]
+            if kind == "chunk":  # the common entry of a big layer: as little work as can be
+                if raw["name"] != last_name:
+                    raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
+                chunks.append(raw)
+                continue
+            name = raw["name"]
+            if kind not in _TYPES or not isinstance(name, str):
+                raise LazyUnavailable(f"its TOC has an entry of type {kind!r} named {name!r}")
+            size = raw.get("size", 0)
+            if type(size) is not int or size < 0:
+                raise LazyUnavailable(f"the TOC's size for {name!r} is not a size")
+            link = raw.get("linkName") or ""
+            digest = raw.get("digest")
+            chunks = [raw]
+            last_name = name if kind == "reg" else None
+            out.append(
+                TocEntry(
+                    kind,
+                    name,
+                    size,
+                    link if isinstance(link, str) else str(link),
+                    _hex(digest, name) if digest else "",
+                    chunks,
+                    toc_offset,
                 )
             )
-            continue
-        if kind not in _TYPES:
-            raise LazyUnavailable(f"its TOC has an entry of unknown type {kind!r}")
-        entry = TocEntry(
-            type=str(kind),
-            name=raw["name"],
-            size=_int(raw, "size"),
-            linkname=str(raw.get("linkName") or ""),
-            digest=_hex(raw.get("digest"), raw["name"]),
-        )
-        if kind == "reg" and entry.size:
-            start, end = _int(raw, "offset"), _int(raw, "endOffset")
-            if raw.get("chunkDigest"):
-                entry.chunks.append(
-                    Chunk(
-                        0, _int(raw, "chunkSize"), start, 0, _hex(raw["chunkDigest"], raw["name"])
-                    )
-                )
-            else:  # stored in one piece: the file's own digest vouches for it
-                entry.chunks.append(Chunk(0, entry.size, start, end, entry.digest))
-            ends.append(end)
-        out.append(entry)
-    ends.reverse()
-    for entry in out:
-        if entry.type != "reg" or not entry.size:
-            continue
-        end = ends.pop()
-        # a chunk's frames end where the next chunk's start, the last one's at the file's end
-        starts = [c.start for c in entry.chunks[1:]] + [end]
-        fixed = [
-            Chunk(c.at, c.size, c.start, stop, c.digest)
-            for c, stop in zip(entry.chunks, starts, strict=True)
-        ]
-        at = 0
-        for c in fixed:
-            if c.at != at or not c.size or not c.start < c.end <= toc_offset or not c.digest:
-                raise LazyUnavailable(f"the TOC's chunks of {entry.name!r} do not tile its content")
-            at += c.size
-        if at != entry.size or not entry.digest:
-            raise LazyUnavailable(f"the TOC's chunks of {entry.name!r} do not add up to its size")
-        entry.chunks = fixed
+    except (KeyError, TypeError) as exc:
+        raise LazyUnavailable(f"its TOC has an entry without {exc}") from None
     return out
 
 
@@ -328,7 +354,7 @@ class _Reader:
         """Several files whole, fetched together, each checked against its digest."""
         by_name = {e.name: e for e in entries}
         pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in by_name}
-        wanted = [(e.name, c) for e in by_name.values() for c in e.chunks]
+        wanted = [(e.name, c) for e in by_name.values() for c in e.chunks()]
         for name, c, data in self.chunks(wanted):
             pieces[name].append((c.at, data))
         out: dict[str, bytes] = {}
@@ -346,7 +372,7 @@ class _Reader:
         """A file's content, chunk by chunk in order, checked against the file's digest."""
         h = hashlib.sha256()
         at = 0
-        for _name, c, data in self.chunks([(entry.name, c) for c in entry.chunks]):
+        for _name, c, data in self.chunks([(entry.name, c) for c in entry.chunks()]):
             if c.at != at:
                 raise LazyUnavailable(f"the chunks of {entry.name!r} came out of order")
             at += c.size
@@ -370,7 +396,7 @@ def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) 
                 continue  # done, or asking again for what it was given: its close() says
             asks[name] = gaps
             for lo, hi in gaps:
-                wanted.extend((name, c) for c in entry.chunks if c.at < hi and lo < c.at + c.size)
+                wanted.extend((name, c) for c in entry.chunks(lo, hi))
         if not wanted:
             return
         last = asks
