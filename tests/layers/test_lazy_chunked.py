@@ -278,11 +278,34 @@ def test_a_tampered_blob_fails_closed(
     assert desc["digest"] in out
 
 
-def test_toc_digests_are_checked_against_every_chunk(
-    tmp_path: Path, scenario_registry: RegistryServer, pushed: dict[str, str]
+def _lie_about_a_digest(entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        if entry["name"].endswith("bar-1.0.dist-info/METADATA"):
+            entry["digest"] = "sha256:" + hashlib.sha256(b"something else").hexdigest()
+
+
+def _misplace_a_chunk(entries: list[dict[str, Any]]) -> None:
+    chunk = next(e for e in entries if e["type"] == "chunk" and e["name"].endswith("libz.so.1"))
+    chunk["chunkOffset"] += 1
+
+
+@pytest.mark.parametrize(
+    ("forge", "message"),
+    [
+        (_lie_about_a_digest, r"bar-1\.0\.dist-info/METADATA"),
+        (_misplace_a_chunk, r"chunks of .*libz\.so\.1.* do not tile"),
+    ],
+)
+def test_toc_digests_and_chunk_places_are_checked(
+    tmp_path: Path,
+    scenario_registry: RegistryServer,
+    pushed: dict[str, str],
+    forge: Any,
+    message: str,
 ) -> None:
-    """A TOC that lies about one file's digest, with a checksum to match (a manifest that
-    vouches for a lying TOC): the chunk read does not verify and nothing is returned."""
+    """A TOC that lies about one file's digest, or places a chunk of a library where its
+    neighbours do not end, with a checksum to match (a manifest that vouches for it): the
+    read does not verify and nothing is returned."""
     layout = _chunked_layout(tmp_path, scenario_registry, pushed["chunked"])
     manifest, _ = _manifest(layout)
     desc = manifest["layers"][0]
@@ -294,9 +317,7 @@ def test_toc_digests_are_checked_against_every_chunk(
             data[real.offset : real.offset + real.length], max_output_size=real.uncompressed
         )
     )
-    for entry in toc["entries"]:
-        if entry["name"].endswith("bar-1.0.dist-info/METADATA"):
-            entry["digest"] = "sha256:" + hashlib.sha256(b"something else").hexdigest()
+    forge(toc["entries"])
     plain = json.dumps(toc).encode()
     forged = zstandard.ZstdCompressor().compress(plain)
     checksum = "sha256:" + hashlib.sha256(forged).hexdigest()
@@ -309,7 +330,7 @@ def test_toc_digests_are_checked_against_every_chunk(
         ]
 
     analyzers = Analyzers.for_options(AnalyzerOptions())
-    with pytest.raises(LazyUnavailable, match=r"bar-1\.0\.dist-info/METADATA"):
+    with pytest.raises(LazyUnavailable, match=message):
         analyze_chunked(
             fetch,
             position,

@@ -149,55 +149,49 @@ class TocEntry:
     digest: str = ""  # hex sha256 of the content ("" for an empty file)
     raw: list[dict[str, Any]] = field(default_factory=list)  # the file's TOC entry, its chunks
     limit: int = 0  # the TOC's offset: every chunk lies before it
-    _index_cache: tuple[list[int], list[int], list[int], int] | None = None
 
     def chunks(self, lo: int = 0, hi: int | None = None) -> list[Chunk]:
         """The file's chunks holding bytes ``[lo, hi)`` (default: all), in order, each with
-        its compressed range; the file's chunks are first checked, all of them, to tile its
-        content and to lie, in order, before the TOC."""
+        its compressed range, found by bisection (a big library has thousands) and checked:
+        each ends where the next begins, in the content and in the blob, the last at the
+        file's end and before the TOC, and together they cover ``[lo, hi)``."""
         if not self.size:
             return []
-        ats, sizes, starts, end = self._index()
-        first = bisect.bisect_right(ats, lo) - 1
-        last = len(ats) if hi is None else bisect.bisect_left(ats, hi)
-        single = len(self.raw) == 1 or not self.raw[0].get("chunkDigest")
-        return [
-            Chunk(
-                ats[k],
-                sizes[k],
-                starts[k],
-                starts[k + 1] if k + 1 < len(starts) else end,
-                self.digest if single else _hex(self.raw[k].get("chunkDigest"), self.name),
-            )
-            for k in range(max(first, 0), last)
-        ]
-
-    def _index(self) -> tuple[list[int], list[int], list[int], int]:
-        """(content offsets, sizes, compressed starts) of the chunks, and the compressed end."""
-        if self._index_cache is not None:
-            return self._index_cache
-        head = self.raw[0]
-        ats: list[Any]
-        sizes: list[Any]
-        starts: list[Any]
-        if len(self.raw) == 1 or not head.get("chunkDigest"):  # one piece: the file's digest
-            ats, sizes, starts = [0], [self.size], [head.get("offset")]
+        raw = self.raw
+        head = raw[0]
+        end = head.get("endOffset")
+        single = len(raw) == 1 or not head.get("chunkDigest")
+        hi = self.size if hi is None else min(hi, self.size)
+        if single:  # stored in one piece: the file's own digest vouches for it
+            first, last = 0, 1
         else:
-            ats = [0, *(r.get("chunkOffset") for r in self.raw[1:])]
-            sizes = [r.get("chunkSize") for r in self.raw]
-            starts = [r.get("offset") for r in self.raw]
-        end: Any = head.get("endOffset")
-        numbers = [*ats, *sizes, *starts, end]
-        if not all(type(v) is int and v >= 0 for v in numbers):
-            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} have a bad offset or size")
-        tiled = all(a + n == b for a, n, b in zip(ats, sizes, ats[1:], strict=False))
-        ordered = all(a < b for a, b in zip(starts, [*starts[1:], end], strict=True))
-        if not (tiled and ordered and all(sizes)) or ats[-1] + sizes[-1] != self.size:
-            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} do not tile its content")
-        if end > self.limit or not self.digest:
-            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} lie past the TOC")
-        self._index_cache = (ats, sizes, starts, end)
-        return self._index_cache
+            first = max(bisect.bisect_right(raw, lo, key=_chunk_at) - 1, 0)
+            last = bisect.bisect_left(raw, hi, key=_chunk_at)
+        out: list[Chunk] = []
+        for k in range(first, last):
+            r = raw[k]
+            at = 0 if single else _chunk_at(r)
+            size: Any = self.size if single else r.get("chunkSize")
+            start: Any = r.get("offset")
+            stop: Any = raw[k + 1].get("offset") if k + 1 < len(raw) and not single else end
+            after = self.size if k + 1 >= len(raw) or single else _chunk_at(raw[k + 1])
+            numbers = (at, size, start, stop, after)
+            if not all(type(v) is int and v >= 0 for v in numbers):
+                raise LazyUnavailable(f"the TOC's chunks of {self.name!r} have a bad offset")
+            if not size or at + size != after or not start < stop <= self.limit:
+                raise LazyUnavailable(f"the TOC's chunks of {self.name!r} do not tile its content")
+            digest = self.digest if single else _hex(r.get("chunkDigest"), self.name)
+            if not digest:
+                raise LazyUnavailable(f"the TOC gives a chunk of {self.name!r} no digest")
+            out.append(Chunk(at, size, start, stop, digest))
+        if not out or out[0].at > lo or out[-1].at + out[-1].size < hi:
+            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} do not cover {lo}-{hi}")
+        return out
+
+
+def _chunk_at(raw: dict[str, Any]) -> Any:
+    """Where a chunk starts in its file's content (0 for the file's own entry)."""
+    return raw.get("chunkOffset", 0) if raw.get("type") == "chunk" else 0
 
 
 def _hex(value: object, what: str) -> str:
