@@ -110,11 +110,13 @@ def push_chunked(source: str, address: str, tag: str, log: Any) -> dict[str, Any
     return manifest
 
 
-def _floor_one(url: str) -> int:
-    """Fetch one zstd blob and inflate it across all its frames, discarding the bytes."""
+def _floor_one(url: str) -> tuple[int, float]:
+    """Fetch one zstd blob and inflate it across all its frames, discarding the bytes:
+    (bytes inflated, CPU seconds)."""
     import requests
     import zstandard
 
+    cpu = time.process_time()
     out = 0
     with requests.get(url, stream=True, timeout=60) as resp:
         resp.raise_for_status()
@@ -122,18 +124,18 @@ def _floor_one(url: str) -> int:
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         while chunk := reader.read(1 << 20):
             out += len(chunk)
-    return out
+    return out, time.process_time() - cpu
 
 
-def floor(address: str, manifest: dict[str, Any], jobs: int) -> float:
-    """Wall seconds to fetch and inflate every layer, ``jobs`` processes."""
+def floor(address: str, manifest: dict[str, Any], jobs: int) -> tuple[float, float]:
+    """(wall, CPU) seconds to fetch and inflate every layer, ``jobs`` processes."""
     layers = sorted(manifest["layers"], key=lambda layer: -layer["size"])  # largest first
     work = [f"http://{address}/v2/{REPO}/blobs/{layer['digest']}" for layer in layers]
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         pool.map(_floor_one, work[-1:])  # warm the workers up (imports, page cache)
         started = time.perf_counter()
-        pool.map(_floor_one, work, chunksize=1)
-        return time.perf_counter() - started
+        results = pool.map(_floor_one, work, chunksize=1)
+        return time.perf_counter() - started, sum(cpu for _n, cpu in results)
 
 
 _LAZY_LAYERS = """
@@ -214,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ref = f"docker://{registry.address}/{REPO}:{tag}"
         stored = sum(layer["size"] for layer in manifest["layers"])
         log(f"{len(manifest['layers'])} zstd:chunked layers, {stored / 1e6:.1f} MB")
-        floor_s = floor(registry.address, manifest, args.jobs)
+        floor_s, floor_cpu = floor(registry.address, manifest, args.jobs)
         with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
             work = Path(tmp)
             full = run_audit(ref, work / "full-cache", work / "full.json")
@@ -235,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"image: {args.image if not args.smoke else 'smoke'}, {len(manifest['layers'])} "
         f"zstd:chunked layers, {stored} compressed bytes; {args.jobs} cores",
         f"{'measure':<34}{'seconds':>9}{'cpu s':>9}{'peak RSS':>10}{'x floor':>9}",
-        f"{'floor (fetch + inflate)':<34}{floor_s:9.2f}{'':>9}{'':>10}{1:9.2f}",
+        f"{'floor (fetch + inflate)':<34}{floor_s:9.2f}{floor_cpu:9.2f}{'':>10}{1:9.2f}",
         f"{'full audit (DiffIDs proven)':<34}{full.seconds:9.2f}{full.cpu:9.2f}"
         f"{full.max_rss >> 20:>6} MiB{full.seconds / floor_s:9.2f}",
         f"{'lazy audit (--layer-read lazy)':<34}{lazy.seconds:9.2f}{lazy.cpu:9.2f}"
@@ -256,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"bytes fetched: {fetched} of {stored} compressed ({100 * share:.2f}%)",
         f"lazy/floor: {lazy.seconds / floor_s:.3f} ({floor_s / lazy.seconds:.1f}x under the floor)",
         f"lazy/full audit: {lazy.seconds / full.seconds:.3f}",
+        f"lazy cpu/floor cpu: {lazy.cpu / floor_cpu:.3f}",
         f"findings identical: {'yes' if same else 'NO'}",
     ]
     failed = not same or lazy_count != len(reads)
