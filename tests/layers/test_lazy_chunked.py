@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import zstandard
 
@@ -33,6 +34,8 @@ from tests.infra.cli import cli
 from tests.infra.registry import HTTPFront, RegistryServer
 
 pytestmark = pytest.mark.integration
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "src" / "pinguard" / "schemas"
 
 SITE = "usr/lib/python3.11/site-packages"
 LIBZ = Path("/usr/lib/x86_64-linux-gnu/libz.so.1")
@@ -133,6 +136,8 @@ def test_lazy_and_full_reads_agree_with_the_gzip_twin(pushed: dict[str, str]) ->
     rules = sorted(f["rule"] for f in runs["gzip"][1]["findings"])
     assert rules == ["downgrade", "unmet-requirement"]
     assert "layer_reads" not in runs["chunked"][1]
+    schema = json.loads((SCHEMAS / "audit-v1.schema.json").read_text())
+    jsonschema.validate(runs["lazy"][1], schema)  # revision 7: layer_reads
     reads = runs["lazy"][1]["layer_reads"]
     assert [r["mode"] for r in reads] == ["lazy", "lazy"], reads
     assert not any(r["diff_id_proven"] for r in reads)
