@@ -65,6 +65,26 @@ class Platform:
 
 
 @dataclass(frozen=True, slots=True)
+class LayerRead:
+    """How one layer was read when a lazy read was asked for (``--layer-read lazy``).
+
+    ``mode`` "lazy": from its zstd:chunked table of contents and the chunks the analyzers
+    needed, each verified against the TOC, the TOC against the manifest's checksum; the
+    layer's DiffID is not proven. "full": streamed whole and checked against its DiffID,
+    ``reason`` saying why it was not read lazily."""
+
+    layer: str
+    mode: str  # "lazy" | "full"
+    reason: str = ""
+    fetched: int = 0  # compressed bytes read (lazy)
+    blob_size: int | None = None
+    chunks_verified: int = 0
+    files_whole: int = 0
+    files_in_parts: int = 0
+    digests_from_toc: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Incomplete:
     """Something pinguard could not read; a gate never passes while one exists.
 
@@ -348,6 +368,8 @@ class AuditResult:
     file_digests: tuple[tuple[str, str], ...] = ()
     # the policy that judged the findings (None: not judged by any policy)
     policy: PolicySource | None = None
+    # with --layer-read lazy: how each layer was read (empty for a full read)
+    layer_reads: tuple[LayerRead, ...] = ()
 
     @property
     def no_python(self) -> bool:

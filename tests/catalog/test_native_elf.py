@@ -207,3 +207,65 @@ def test_ld_so_conf_order() -> None:
         "/opt/last",
     )
     assert os.sep == "/"
+
+
+def _read_in_parts(path: Path) -> tuple[elf.ElfFacts | None, int]:
+    """The facts read at random (as from a zstd:chunked layer): (facts, bytes asked for)."""
+    data = path.read_bytes()
+    digest = elf.scan_bytes(data, path.name)
+    assert digest is not None
+    reader = native.ElfParts(str(path), len(data), digest.digest)
+    asked = 0
+    for _ in range(8):
+        gaps = reader.gaps()
+        if not gaps:
+            break
+        for lo, hi in gaps:
+            asked += hi - lo
+            reader.feed_at(lo, data[lo:hi])
+    facts = reader.close()
+    assert facts is None or isinstance(facts, dict)
+    return (None if facts is None else elf.ElfFacts.from_json(facts)), asked
+
+
+@pytest.mark.parametrize("name", ["base", "nccl", "rpath", "runpath", "big", "symbols"])
+def test_parts_read_at_random_give_the_streamed_facts(libs: dict[str, Path], name: str) -> None:
+    """The scanner given the content digest asks only for the parts the facts lie in (no
+    window kept in case: a few KB of the 40 MB object) and finds what readelf -d finds."""
+    path = libs[name]
+    facts, asked = _read_in_parts(path)
+    want = readelf_dynamic(path)
+    assert facts is not None
+    assert facts.problem is None
+    assert (facts.soname, facts.needed, facts.rpath, facts.runpath) == (
+        want.soname,
+        want.needed,
+        want.rpath,
+        want.runpath,
+    )
+    assert facts == native.scan_bytes(path.read_bytes(), path.name)
+    assert asked < 512 << 10, asked  # the 300 KB string table of "symbols" is the most
+
+
+def test_a_banner_is_searched_in_order_and_host_libraries_read_in_parts(
+    libs: dict[str, Path], tmp_path: Path
+) -> None:
+    """libnccl.so*'s banner is searched from the start, in growing steps, up to its first
+    match: with 20 MB of zeros after the banner, a few MB are asked for, not the file;
+    a dpkg file list has no part reader; libc and libstdc++ read in parts give the
+    streamed facts."""
+    analyzer = native.NativeAnalyzer()
+    assert analyzer.open_parts("/var/lib/dpkg/info/libc6:amd64.list", 10, "sha256=x") is None
+    padded = tmp_path / "libnccl.so.2"
+    padded.write_bytes(libs["nccl"].read_bytes() + bytes(20 << 20))
+    facts, asked = _read_in_parts(padded)
+    assert facts is not None
+    assert facts == native.scan_bytes(padded.read_bytes(), padded.name)
+    assert facts.version == "2.28.9+cuda13.0"
+    assert asked < 4 << 20, asked
+    for path in (
+        Path("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+        Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+    ):
+        facts, _asked = _read_in_parts(path)
+        assert facts == native.scan_bytes(path.read_bytes(), path.name)

@@ -43,7 +43,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from pinguard.testing.images import ImageWriter, layer_tar
-from tests.infra.tools import require_tool
+from tests.infra.tools import require_root, require_tool
 
 AuthMode = Literal["none", "htpasswd", "token"]
 DEFAULT_USER = "pgtest"
@@ -194,6 +194,9 @@ class HTTPFront(_Server):
     ``raw(method, path)``: a ``RawAnswer`` to write to the socket as is instead of
     forwarding the request (a bad status line, a broken chunked body, a redirect loop), or
     None to forward it.
+    ``drop_multi_range``: forward a request asking for several byte ranges without its
+    ``Range`` header, so the whole blob comes back (200), as object-storage-backed
+    registries and some fronts answer multi-range requests.
     Every request is kept in ``requests`` (headers included) for assertions."""
 
     def __init__(
@@ -214,8 +217,10 @@ class HTTPFront(_Server):
         stall: Callable[[str], bool] | None = None,
         overrun: Callable[[str], bool] | None = None,
         raw: Callable[[str, str], RawAnswer | None] | None = None,
+        drop_multi_range: bool = False,
     ) -> None:
         self.upstream = upstream
+        self.drop_multi_range = drop_multi_range
         self.stall = stall
         self.overrun = overrun
         self.raw = raw
@@ -288,6 +293,8 @@ class _FrontHandler(_Handler):
             failing = owner.fail_remaining > 0
             if failing:
                 owner.fail_remaining -= 1
+        if owner.drop_multi_range and "," in (self.headers.get("Range") or ""):
+            del self.headers["Range"]
         answer = owner.raw(self.command, self.path) if owner.raw is not None else None
         if answer is not None:
             self._raw(answer)
@@ -636,10 +643,21 @@ class RegistryServer:
         *,
         all_platforms: bool = False,
         format: str | None = None,  # skopeo --format: "oci" or "v2s2"
+        zstd_chunked: bool = False,
     ) -> None:
-        """``skopeo copy SOURCE docker://ADDRESS/REPO:TAG`` with this registry's credentials."""
+        """``skopeo copy SOURCE docker://ADDRESS/REPO:TAG`` with this registry's credentials.
+
+        ``zstd_chunked``: ``--dest-compress-format zstd:chunked``, with a private, empty
+        blob-info cache (a tmpfs over /var/lib/containers/cache in a mount namespace of its
+        own), since skopeo 1.9 otherwise reuses gzip blobs it knows the registry has."""
         skopeo = require_tool("skopeo")
         cmd = [skopeo, "--insecure-policy", "copy", "--dest-tls-verify=false", "--quiet"]
+        if zstd_chunked:
+            require_root()
+            Path("/var/lib/containers/cache").mkdir(parents=True, exist_ok=True)
+            mount = 'mount -t tmpfs none /var/lib/containers/cache && exec "$@"'
+            cmd = [require_tool("unshare"), "-m", "sh", "-c", mount, "sh", *cmd]
+            cmd += ["--dest-compress-format", "zstd:chunked"]
         if self.username is not None and self.password is not None:
             cmd.append(f"--dest-creds={self.username}:{self.password}")
         if all_platforms:

@@ -71,3 +71,13 @@ def test_round_trip_through_json_text() -> None:
     old = original.to_json()
     del old["unreadable"]  # entries written before the field existed
     assert LayerAnalysis.from_json(old).unreadable == []
+
+
+def test_a_lazy_read_keeps_what_it_verified_and_a_full_read_has_no_such_field() -> None:
+    """``lazy`` (what a zstd:chunked TOC read verified) is written only for such a read and
+    read back as written."""
+    assert "lazy" not in sample().to_json()
+    lazy = sample()
+    lazy.lazy = {"toc": "sha256:" + "ee" * 32, "fetched": 1234, "chunks_verified": 7}
+    back = LayerAnalysis.from_json(json.loads(json.dumps(lazy.to_json())))
+    assert back.lazy == lazy.lazy

@@ -41,11 +41,13 @@ from pinguard.layers.analysis import (
 )
 from pinguard.layers.cache import LayerCache
 from pinguard.layers.cachestore import CacheSpec, LayerStore, VerifiedCache
+from pinguard.layers.chunked import LazyUnavailable, TocPosition, analyze_chunked
 from pinguard.models import (
     AuditResult,
     Change,
     ImageInfo,
     Incomplete,
+    LayerRead,
     Platform,
     Snapshot,
     Step,
@@ -72,6 +74,10 @@ class AuditOptions:
     verify_records: bool = False
     jobs: int = 0  # worker processes for layers; 0: one per core
     limits: LayerLimits = LayerLimits()  # noqa: RUF009 - frozen, so sharing it is safe
+    # "full": stream every layer and prove its DiffID; "lazy": read a zstd:chunked layer
+    # from its table of contents and only the chunks the analyzers need (the DiffID is then
+    # not proven; docs/reliability.md), any other layer, or one that does not verify, full
+    layer_read: str = "full"
 
     def analyzers(self) -> Analyzers:
         """The analyzers these options configure."""
@@ -93,6 +99,33 @@ def _analyze_blob(
         open_stream=analyzers.open_stream,
         progress=progress,
         diff_id=layer.diff_id,
+        limits=limits,
+    )
+
+
+def _read_lazily(
+    source: ImageSource, layer: LayerRef, analyzers: Analyzers, limits: LayerLimits
+) -> LayerAnalysis:
+    """One layer from its zstd:chunked TOC and the chunks its analyzers need
+    (``pinguard.layers.chunked``); ``LazyUnavailable`` says why it cannot be."""
+    position = TocPosition.of(layer.annotation)
+    if position is None:
+        raise LazyUnavailable("it has no zstd:chunked table of contents")
+
+    def fetch(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        got = source.read_ranges(layer, ranges)
+        if got is None:
+            raise LazyUnavailable("its transport cannot read parts of a blob")
+        return got
+
+    return analyze_chunked(
+        fetch,
+        position,
+        digest=layer.digest,
+        size=layer.size,
+        select=analyzers.selector(),
+        open_stream=analyzers.open_stream,
+        open_parts=analyzers.open_parts,
         limits=limits,
     )
 
@@ -160,14 +193,24 @@ def _analyze_one(
     analyzers: Analyzers,
     cache: LayerStore | None,
     limits: LayerLimits,
-) -> LayerAnalysis:
+    lazy: bool = False,
+) -> LayerAnalysis | str:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
     through the pool's queue as they flow, when the parent asked for progress. Stopped by
-    the parent (SIGTERM), it unwinds and exits at once: the pool is being torn down."""
+    the parent (SIGTERM), it unwinds and exits at once: the pool is being torn down.
+    ``lazy``: read from the layer's zstd:chunked TOC, or return why it cannot be."""
     global _BUSY  # noqa: PLW0603 - per-process state of a pool worker
     _BUSY = True
     try:
+        if lazy:
+            try:
+                analysis = _read_lazily(source, layer, analyzers, limits)
+            except LazyUnavailable as exc:
+                return str(exc)
+            if cache is not None:
+                cache.put(analysis)
+            return analysis
         stream = source.open_blob(layer)
         try:
             analysis = _analyze_blob(
@@ -243,9 +286,10 @@ def _parallel(
     progress: Progress | None,
     cache: LayerStore | None,
     limits: LayerLimits,
-) -> dict[str, LayerAnalysis]:
+    lazy: bool = False,
+) -> dict[str, LayerAnalysis | str]:
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    out: dict[str, LayerAnalysis] = {}
+    out: dict[str, LayerAnalysis | str] = {}
     queue = ctx.SimpleQueue() if progress is not None else None
     by_digest = {layer.digest: layer for layer in todo}
 
@@ -259,8 +303,8 @@ def _parallel(
     ) as pool:
         # largest first, so a big layer never starts last while the other core sits idle
         ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
-        pending: dict[Future[LayerAnalysis], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, analyzers, cache, limits): layer
+        pending: dict[Future[LayerAnalysis | str], LayerRef] = {
+            pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
             for layer in ordered
         }
         try:
@@ -322,7 +366,8 @@ def _fresh(
         return {}
     if source.parallel_safe and len(todo) > 1 and jobs > 1:
         jobs = min(jobs, len(todo))
-        return _parallel(source, todo, analyzers, jobs, progress, cache, options.limits)
+        done = _parallel(source, todo, analyzers, jobs, progress, cache, options.limits)
+        return {k: v for k, v in done.items() if isinstance(v, LayerAnalysis)}
     return _sequential(source, todo, analyzers, progress, options.limits, cache)
 
 
@@ -339,7 +384,8 @@ def load_layers(
     A layer that is a directory on disk (``LayerRef.tree``) is walked in place and never
     cached: its digest names it but does not address its content."""
     analyzers = options.analyzers()
-    key = f"{analyzers.key()}-{options.limits.key()}"
+    lazy = options.layer_read == "lazy"
+    key = _layers_key(options)
     cache: LayerStore | None = None
     if options.shared_cache is not None:
         cache = options.shared_cache.open(key, analyzers.versions())
@@ -365,6 +411,33 @@ def load_layers(
         found[layer.digest] = _analyze_tree(layer, analyzers)
         if progress is not None:
             progress.done(layer)
+    fallbacks: dict[str, str] = {}
+    jobs = options.jobs or (os.cpu_count() or 1)
+    if lazy and todo:
+        # a lazy read is a few requests and some CPU per layer (its TOC): several layers
+        # go to worker processes, one is read here; a layer that cannot be read lazily
+        # goes on to the full read below, its reason kept
+        if source.parallel_safe and len(todo) > 1 and jobs > 1:
+            done = _parallel(
+                source, todo, analyzers, min(jobs, len(todo)), None, cache, options.limits, True
+            )
+        else:
+            done = {
+                layer.digest: _analyze_one(source, layer, analyzers, cache, options.limits, True)
+                for layer in todo
+            }
+        rest: list[LayerRef] = []
+        for layer in todo:
+            got = done[layer.digest]
+            if isinstance(got, str):
+                fallbacks[layer.digest] = got
+                rest.append(layer)
+                continue
+            found[layer.digest] = got
+            if progress is not None:
+                progress.advance(layer, layer.size or 0)
+                progress.done(layer)
+        todo = rest
     # layers another audit is analysing now (it holds their in-flight claims): wait for its
     # entries after analysing the rest, and analyse the ones it leaves behind
     shared = cache if isinstance(cache, VerifiedCache) else None
@@ -383,17 +456,64 @@ def load_layers(
             if progress is not None:
                 progress.done(layer)
         found.update(_fresh(source, late, analyzers, options, progress, cache))
+    for digest, reason in fallbacks.items():
+        found[digest].lazy = {"fallback": reason}  # read in full: why, for the report
     if cache is not None and notes is not None:
         notes.extend(cache.report())
     for layer in layers:
         # fresh analyses were checked while streaming; this covers cache hits
         analysis = found[layer.digest]
+        if lazy_read(analysis):
+            continue  # read from its TOC: the DiffID is not proven (LayerRead says so)
         if layer.tree is None and layer.diff_id and analysis.diff_id != layer.diff_id:
             raise BlobVerificationError(
                 f"layer {layer.digest}: its uncompressed tar is {analysis.diff_id or 'unknown'}, "
                 f"but the image config's diff_id is {layer.diff_id}"
             )
     return found
+
+
+def _layers_key(options: AuditOptions) -> str:
+    """The layer cache key: the analyzers, the limits, and a lazy read's own suffix, so an
+    analysis read from a TOC never answers for a full read."""
+    lazy = "-lazy" if options.layer_read == "lazy" else ""
+    return f"{options.analyzers().key()}-{options.limits.key()}{lazy}"
+
+
+def lazy_read(analysis: LayerAnalysis) -> bool:
+    """Whether ``analysis`` was read from a zstd:chunked TOC (its DiffID not proven)."""
+    return analysis.lazy is not None and "toc" in analysis.lazy
+
+
+def _layer_reads(
+    layers: Sequence[LayerRef], analyses: dict[str, LayerAnalysis]
+) -> tuple[LayerRead, ...]:
+    """How each blob layer was read, when a lazy read was asked for."""
+    out: dict[str, LayerRead] = {}
+    for layer in layers:
+        lazy = analyses[layer.digest].lazy
+        if layer.tree is not None or layer.digest in out:
+            continue
+        if lazy is None or "toc" not in lazy:  # a full read (from the cache: no reason kept)
+            why = str((lazy or {}).get("fallback", "read in full (a cached analysis)"))
+            out[layer.digest] = LayerRead(layer.digest, "full", why)
+            continue
+
+        def n(key: str, lazy: dict[str, object] = lazy) -> int:
+            value = lazy.get(key)
+            return value if isinstance(value, int) else 0
+
+        out[layer.digest] = LayerRead(
+            layer.digest,
+            "lazy",
+            fetched=n("fetched"),
+            blob_size=layer.size,
+            chunks_verified=n("chunks_verified"),
+            files_whole=n("files_whole"),
+            files_in_parts=n("files_in_parts"),
+            digests_from_toc=n("digests_from_toc"),
+        )
+    return tuple(out.values())
 
 
 def _diff_snapshots(
@@ -524,6 +644,8 @@ def audit_source(
         cache_notes: list[str] = []
         analyses = load_layers(source, resolved.layers, options, progress, cache_notes)
     result = build_result(resolved, analyses, options.analyzers())
+    if options.layer_read == "lazy":
+        result = replace(result, layer_reads=_layer_reads(resolved.layers, analyses))
     if store is not None:
         cache, key = store
         cache.put(key, _to_replay(resolved, result))
@@ -537,8 +659,9 @@ def _replay_store(resolved: ResolvedImage, options: AuditOptions) -> tuple[Repla
     and no layer that is a directory on disk (its digest does not address its content)."""
     if options.cache_dir is None or any(layer.tree is not None for layer in resolved.layers):
         return None
-    layers_key = f"{options.analyzers().key()}-{options.limits.key()}"
-    key = replay_key(layers_key, resolved.platform, resolved.config, resolved.layers)
+    if options.layer_read == "lazy":
+        return None  # the replay keeps no layer reads: a lazy audit reads its layer entries
+    key = replay_key(_layers_key(options), resolved.platform, resolved.config, resolved.layers)
     return ReplayCache(options.cache_dir), key
 
 

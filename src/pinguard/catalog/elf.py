@@ -15,7 +15,13 @@ and of each read-only segment before the dynamic segment (up to ``STRTAB_WINDOW`
 them once the wanted strings are located. Every piece is spooled: memory up to
 ``SPOOL_MEMORY`` each, a temporary file beyond, so memory stays bounded whatever the file.
 A fact that really cannot be read is the object's
-``problem``, saying why; nothing is guessed. docs/native.md says why this mechanism was chosen.
+``problem``, saying why; nothing is guessed. The same scanner reads parts at random when the
+content digest is vouched for elsewhere (a zstd:chunked layer's table of contents): ``gaps``
+names the ranges still wanted, ``feed_at`` hands them in, round after round (head, program
+headers, dynamic segment, strings), and no window is kept in case; in a file whose name the
+banner table knows, the banner is searched from the start in growing steps up to its first
+match, as the stream finds it. docs/native.md says why this mechanism
+was chosen.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ BANNERS: tuple[tuple[str, str, bytes, re.Pattern[bytes]], ...] = (
     ),
 )
 _BANNER_OVERLAP = 128  # a banner plus its version fits in this many bytes
+#: Random access: the banner search reads this much first, then twice as much each round,
+#: up to ``BANNER_STEP_MAX`` (NCCL's banner lies 2.9 MB into its 252 MB library).
+BANNER_STEP = 1 << 20
+BANNER_STEP_MAX = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +186,13 @@ class _Layout:
 class ElfScanner:
     """Feed a shared object's bytes in order with ``feed``; ``finish`` gives its facts."""
 
-    def __init__(self, size: int, name: str = "") -> None:
+    def __init__(self, size: int, name: str = "", *, digest: str | None = None) -> None:
         self.size = size
-        self._pos = 0
+        # ``digest`` given: parts are read at random (``gaps``, ``feed_at``) and the content
+        # digest is the one that vouches for them (a zstd:chunked TOC); no window is kept in
+        # case, since any part can be asked for
+        self._given = digest
+        self._pos = size if digest is not None else 0
         self._hash = hashlib.sha256()
         self._elf: bool | None = None
         # what is kept: the first bytes (ELF and program headers), then by need
@@ -192,6 +206,10 @@ class ElfScanner:
         self._tail = b""
         self._found: tuple[str, str] | None = None
         self._peak = (0, 0)
+        # random access: the banner is searched in order from the start, a growing step at
+        # a time, and the search stops at the first match (as the stream's does)
+        self._scan_pos = 0
+        self._step = BANNER_STEP
 
     # -- streaming -------------------------------------------------------------------------
     def feed(self, chunk: bytes | bytearray | memoryview) -> None:
@@ -201,26 +219,61 @@ class ElfScanner:
         self._hash.update(data)
         at = self._pos
         self._pos += len(data)
+        if self._take(at, data, at) and self._found is None and self._banners:
+            self._scan(bytes(data))
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """Random access: the byte ranges still wanted (empty once the facts are known):
+        the pieces the facts lie in, and the next stretch of the banner search."""
+        out = [
+            (p.start + p.length, min(p.end, self.size))
+            for p in self._pieces
+            if not p.filled and p.start + p.length < min(p.end, self.size)
+        ]
+        if self._searching():
+            out.append((self._scan_pos, min(self.size, self._scan_pos + self._step)))
+        return out
+
+    def _searching(self) -> bool:
+        return (
+            bool(self._banners)
+            and self._elf is not False
+            and self._found is None
+            and self._scan_pos < self.size
+        )
+
+    def feed_at(self, at: int, chunk: bytes) -> None:
+        """Random access: the bytes at file offset ``at`` (one of the ``gaps``)."""
+        assert self._given is not None, "feed_at is for a scanner given the digest"
+        data = memoryview(chunk).cast("B")
+        searching = self._searching() and at == self._scan_pos
+        if self._take(at, data, 0) and searching:
+            self._scan(bytes(data))
+            self._scan_pos += len(data)
+            self._step = min(2 * self._step, BANNER_STEP_MAX)
+
+    def _take(self, at: int, data: memoryview, floor: int) -> bool:
+        """Keep what the pieces want of ``data`` (at offset ``at``) and learn from it;
+        bytes before ``floor`` that no piece kept are gone. True when this is an ELF file."""
         if self._elf is False:
-            return
+            return False
         for piece in self._pieces:
             piece.take(at, data)
         self._note_peak()
         if self._elf is None:
             magic = self._read(0, 4)
             if len(magic) < 4:
-                return
+                return False
             self._elf = magic == _ELF_MAGIC
             if not self._elf:
                 self._close()
-                return
+                return False
         # each step may name new pieces, which this same chunk may already hold
-        while self._problem is None and self._advance(at):
+        while self._problem is None and self._advance(floor):
             for piece in self._pieces:
                 piece.take(at, data)
             self._note_peak()
-        if self._found is None and self._banners:
-            self._scan(bytes(data))
+        return True
 
     def _advance(self, at: int) -> bool:
         """Learn what the kept bytes allow; True when that made progress (a new piece to
@@ -245,8 +298,8 @@ class ElfScanner:
             if piece is None:
                 break
             missing = piece.end
-        if missing >= end:
-            return False
+        if missing >= end or (what is None and self._given is not None):
+            return False  # held, or a window kept in case where any part can be asked for
         if missing < at and what is None:
             missing = at
         elif missing < at:
@@ -424,7 +477,9 @@ class ElfScanner:
 
     def finish(self) -> ElfFacts | None:
         """The facts, or None when the member is not an ELF file (a linker script, say)."""
-        digest = "sha256=" + base64.urlsafe_b64encode(self._hash.digest()).rstrip(b"=").decode()
+        digest = self._given or (
+            "sha256=" + base64.urlsafe_b64encode(self._hash.digest()).rstrip(b"=").decode()
+        )
         try:
             return self._finish(digest)
         finally:
@@ -433,6 +488,12 @@ class ElfScanner:
     def _finish(self, digest: str) -> ElfFacts | None:
         if self._elf is not True:
             return None
+        if self._given is not None and self._searching():
+            return ElfFacts(
+                digest=digest,
+                size=self.size,
+                problem=f"the banner search stopped at {self._scan_pos} of {self.size} bytes",
+            )
         if self._found is None and self._tail:
             for library, _glob, _prefix, pattern in self._banners:
                 m = pattern.search(self._tail)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pinguard.errors import LayerError
-from pinguard.layers.tar import MemberStream
+from pinguard.layers.tar import MemberStream, PartReader
 from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary, Package
 
 
@@ -95,6 +95,13 @@ class Analyzer(abc.ABC):
     def open_stream(self, path: str, size: int) -> MemberStream:
         """The consumer for a member ``wants`` flagged STREAM (``size`` bytes will follow)."""
         raise LayerError(f"analyzer {self.name!r} asked to stream {path!r} but consumes no streams")
+
+    def open_parts(self, path: str, size: int, digest: str) -> PartReader | None:
+        """For a STREAM member of a layer that can be read in parts (zstd:chunked), a
+        reader of only the parts needed, giving the same summary as ``open_stream``'s
+        consumer; ``digest`` is the content's, vouched for by the layer's table of contents.
+        None (the default): the member is read whole and streamed."""
+        return None
 
     @abc.abstractmethod
     def session(self) -> AnalyzerSession:

@@ -26,7 +26,7 @@ from pinguard.catalog.interface import (
     StateView,
 )
 from pinguard.layers.links import resolve
-from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream
+from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream, PartReader
 from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
 
 VERSION = "2"
@@ -257,6 +257,27 @@ class ElfStream:
         return None if facts is None else facts.to_json()
 
 
+class ElfParts:
+    """The same facts as ``ElfStream`` from only the parts of the object they lie in (the
+    ELF header, program headers, dynamic segment and wanted strings), read at random from a
+    layer that allows it; the content digest is the one its table of contents vouches for."""
+
+    __slots__ = ("_scanner",)
+
+    def __init__(self, path: str, size: int, digest: str) -> None:
+        self._scanner = ElfScanner(size, posixpath.basename(path), digest=digest)
+
+    def gaps(self) -> list[tuple[int, int]]:
+        return self._scanner.gaps()
+
+    def feed_at(self, at: int, chunk: bytes, /) -> None:
+        self._scanner.feed_at(at, chunk)
+
+    def close(self) -> object:
+        facts = self._scanner.finish()
+        return None if facts is None else facts.to_json()
+
+
 @dataclass(frozen=True, slots=True)
 class NativeAnalyzer(Analyzer):
     """ELF shared objects, the links to them, ld.so.conf and dpkg's file lists."""
@@ -286,6 +307,11 @@ class NativeAnalyzer(Analyzer):
         if is_dpkg_list(path):
             return ListStream()
         return ElfStream(path, size)
+
+    def open_parts(self, path: str, size: int, digest: str) -> PartReader | None:
+        if is_dpkg_list(path):
+            return None  # a file list: read whole
+        return ElfParts(path, size, digest)
 
     def session(self) -> NativeSession:
         return NativeSession()

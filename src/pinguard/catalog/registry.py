@@ -22,7 +22,7 @@ from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts,
 from pinguard.catalog.native import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
 from pinguard.layers.cache import cache_key, source_digest
-from pinguard.layers.tar import SKIP, STREAM, MemberStream, Selector
+from pinguard.layers.tar import SKIP, STREAM, MemberStream, PartReader, Selector
 from pinguard.models import Snapshot
 
 #: Every analyzer pinguard runs, in the order their results appear.
@@ -50,6 +50,27 @@ class _FanOut:
 
     def close(self) -> object:
         return {name: stream.close() for name, stream in self._streams.items()}
+
+
+class _PartsFanOut:
+    """One member read in parts for each analyzer that asked: the union of their gaps."""
+
+    __slots__ = ("_readers",)
+
+    def __init__(self, readers: dict[str, PartReader]) -> None:
+        self._readers = readers
+
+    def gaps(self) -> list[tuple[int, int]]:
+        return sorted({g for r in self._readers.values() for g in r.gaps()})
+
+    def feed_at(self, at: int, chunk: bytes, /) -> None:
+        for reader in self._readers.values():
+            for lo, hi in reader.gaps():
+                if at <= lo and hi <= at + len(chunk):
+                    reader.feed_at(lo, chunk[lo - at : hi - at])
+
+    def close(self) -> object:
+        return {name: reader.close() for name, reader in self._readers.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +108,18 @@ class Analyzers:
         return _FanOut(
             {a.name: a.open_stream(path, size) for a in self.members if a.wants(path) & STREAM}
         )
+
+    def open_parts(self, path: str, size: int, digest: str) -> PartReader | None:
+        """A reader of the parts a STREAM member's analyzers need, when every analyzer
+        that streams it can read parts (``Analyzer.open_parts``); else None."""
+        readers: dict[str, PartReader] = {}
+        for a in self.members:
+            if a.wants(path) & STREAM:
+                reader = a.open_parts(path, size, digest)
+                if reader is None:
+                    return None
+                readers[a.name] = reader
+        return _PartsFanOut(readers) if readers else None
 
     def versions(self) -> tuple[str, ...]:
         """``name=version`` of each analyzer, sorted (stated in shared cache entries)."""

@@ -73,6 +73,15 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--jobs", type=int, default=0, help="layer worker processes (default: one per core)"
     )
+    g.add_argument(
+        "--layer-read",
+        choices=("full", "lazy"),
+        default="full",
+        help="full: stream every layer and prove its DiffID (default); lazy: read a "
+        "zstd:chunked layer from its table of contents and only the chunks the analyzers "
+        "need, each verified against the TOC (the DiffID is not proven; other layers, or "
+        "one that does not verify, are read in full)",
+    )
     defaults = LayerLimits()
     g.add_argument(
         "--max-metadata-size",
@@ -320,6 +329,7 @@ def audit_options(args: argparse.Namespace) -> AuditOptions:
         shared_cache=cache_spec(args),
         verify_records=args.verify_records,
         jobs=max(0, args.jobs),
+        layer_read=getattr(args, "layer_read", "full"),
         limits=LayerLimits(
             max_capture=args.max_metadata_size,
             max_size=args.max_layer_size,

@@ -71,6 +71,10 @@ class LayerAnalysis:
     diff_id: str = ""  # sha256 of the uncompressed tar as read ("" for a directory)
     # member names the walk flagged: unsafe as stored, or one path stored twice (``names``)
     name_flags: list[NameFlag] = field(default_factory=list)
+    # None for a full read; for a lazy read of a zstd:chunked layer (``layers/chunked.py``),
+    # what was verified and fetched: the TOC checksum, bytes and requests, chunks and files
+    # checked, digests taken from the TOC unread. ``diff_id`` is then "" (not proven).
+    lazy: dict[str, object] | None = None
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
@@ -93,6 +97,7 @@ class LayerAnalysis:
             "links": dict(sorted(self.links.items())),
             "diff_id": self.diff_id,
             "name_flags": [f.to_json() for f in sorted(self.name_flags)],
+            **({"lazy": self.lazy} if self.lazy is not None else {}),  # a lazy read only
         }
 
     @classmethod
@@ -117,6 +122,7 @@ class LayerAnalysis:
             links=dict(data.get("links", {})),  # type: ignore[call-overload]
             diff_id=str(data.get("diff_id", "")),
             name_flags=[NameFlag.from_json(f) for f in data["name_flags"]],  # type: ignore[attr-defined]
+            lazy=data.get("lazy"),  # type: ignore[arg-type]
         )
 
 
@@ -165,7 +171,7 @@ def _guarded(
         yield chunk
 
 
-def _record(result: LayerAnalysis, member: Member) -> None:
+def record_member(result: LayerAnalysis, member: Member) -> None:
     """Add one walked member to the analysis: a whiteout, or what the selector kept."""
     path = member.path
     if member.oversized:
@@ -247,7 +253,7 @@ def analyze_stream(
                 capture_limit=limits.max_capture,
                 names=names,
             ):
-                _record(result, member)
+                record_member(result, member)
             src.drain()
             result.name_flags = names.flags()
             if result.opaque:

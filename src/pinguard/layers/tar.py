@@ -57,6 +57,24 @@ class MemberStream(Protocol):
 StreamOpener = Callable[[str, int], MemberStream]  # (path, size) -> consumer
 
 
+class PartReader(Protocol):
+    """A consumer of one STREAM member that reads only the parts it needs, in rounds, where
+    the layer format allows reading parts (``pinguard.layers.chunked``): ``gaps`` names the
+    byte ranges still wanted (none: done), ``feed_at`` hands in the bytes at an offset, and
+    ``close`` returns the same summary the member's ``MemberStream`` would have."""
+
+    def gaps(self) -> list[tuple[int, int]]: ...
+
+    def feed_at(self, at: int, chunk: bytes, /) -> None: ...
+
+    def close(self) -> object: ...
+
+
+#: (path, size, "sha256=<urlsafe b64>" content digest vouched for by the layer's table of
+#: contents) -> a part reader, or None when the member must be streamed whole
+PartOpener = Callable[[str, int, str], PartReader | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     """One tar member as the header walk sees it."""

@@ -15,6 +15,7 @@ from pinguard.models import (
     SCHEMA_ID,
     AuditResult,
     Finding,
+    LayerRead,
     NativeLibrary,
     Package,
     Resolution,
@@ -242,8 +243,29 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         "findings": [finding_dict(f) for f in sorted(result.findings, key=finding_sort_key)],
         "incomplete": [{"what": i.what, "why": i.why} for i in result.incomplete],
         "notes": list(result.notes),
+        **(
+            {"layer_reads": [layer_read_dict(r) for r in result.layer_reads]}
+            if result.layer_reads
+            else {}
+        ),
         **no_python_field(result, options),
         "verdict": options.verdict(result),
+    }
+
+
+def layer_read_dict(read: LayerRead) -> JsonObject:
+    """How one layer was read under ``--layer-read lazy`` (schema revision 7)."""
+    return {
+        "layer": read.layer,
+        "mode": read.mode,
+        "reason": read.reason,
+        "fetched": read.fetched,
+        "blob_size": read.blob_size,
+        "chunks_verified": read.chunks_verified,
+        "files_whole": read.files_whole,
+        "files_in_parts": read.files_in_parts,
+        "digests_from_toc": read.digests_from_toc,
+        "diff_id_proven": read.mode == "full",
     }
 
 

@@ -172,3 +172,25 @@ def summarize(result: AuditResult, show_all: bool = False) -> Summary:
     )
     waived = sum(1 for f in result.findings if f.waived)
     return Summary(tuple(envs), findings, waived, tuple(steps))
+
+
+def layer_read_lines(result: AuditResult) -> list[str]:
+    """Under ``--layer-read lazy``: one line saying how many layers were read lazily, what
+    that verified and how many bytes it read, and one per layer read in full, with why."""
+    if not result.layer_reads:
+        return []
+    lazy = [r for r in result.layer_reads if r.mode == "lazy"]
+    out: list[str] = []
+    if lazy:
+        fetched = sum(r.fetched for r in lazy)
+        stored = sum(r.blob_size or 0 for r in lazy)
+        out.append(
+            f"layers read lazily: {len(lazy)} of {len(result.layer_reads)} from their "
+            f"zstd:chunked TOC (checked against the manifest); {fetched} of {stored} "
+            f"compressed bytes read, {sum(r.chunks_verified for r in lazy)} chunks verified "
+            "against the TOC; their DiffIDs are not proven"
+        )
+    out.extend(
+        f"layer {r.layer} read in full: {r.reason}" for r in result.layer_reads if r.mode == "full"
+    )
+    return out

@@ -21,7 +21,14 @@ from pinguard import __version__
 from pinguard.buildfile.history import command_text
 from pinguard.models import AuditResult, ChangeKind, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.summary import KINDS, Summary, header, listed, summarize
+from pinguard.report.summary import (
+    KINDS,
+    Summary,
+    header,
+    layer_read_lines,
+    listed,
+    summarize,
+)
 from pinguard.report.why import reasons
 
 _KIND_STYLE = {
@@ -69,6 +76,8 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
     )
     for note in result.notes:
         console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+    for line in layer_read_lines(result):
+        console.print(Text(line, style="dim"), soft_wrap=True)
     summary = summarize(result, options.show_all)
     _draw_summary(result, summary, console, options)
     hidden = 0

@@ -250,5 +250,8 @@ class _NotedSource(ImageSource):
     def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
         return self.inner.iter_blobs(layers)
 
+    def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
+        return self.inner.read_ranges(layer, ranges)
+
     def close(self) -> None:
         self.inner.close()

@@ -37,6 +37,12 @@ class LayerRef:
     # set for a layer that is a directory on disk: its digest then names it but does not
     # address its content, so its analysis is never cached
     tree: UnpackedTree | None = None
+    # the descriptor's annotations, sorted (the zstd:chunked TOC position and checksum)
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def annotation(self, key: str) -> str | None:
+        """The value of one descriptor annotation, if the manifest gave it."""
+        return next((v for k, v in self.annotations if k == key), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,12 @@ class ImageSource(abc.ABC):
     @abc.abstractmethod
     def open_blob(self, layer: LayerRef) -> BinaryIO:
         """Open one layer blob for streaming, as stored. The caller closes it."""
+
+    def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
+        """The stored bytes of each half-open range ``[start, end)`` of one blob, in order,
+        unverified (the caller checks them against what vouches for them); None when this
+        transport cannot read parts of a blob (the layer is then streamed whole)."""
+        return None
 
     def platforms(self) -> tuple[Platform, ...]:
         """Every platform the reference offers (an index lists several); the default

@@ -245,12 +245,20 @@ def layers_from_manifest(
     for desc, diff_id in zip(descs, ids, strict=True):
         size = desc.get("size")
         media = desc.get("mediaType")
+        notes = desc.get("annotations")
         layers.append(
             LayerRef(
                 digest=desc["digest"],
                 size=size if isinstance(size, int) and size >= 0 else None,
                 media_type=media if isinstance(media, str) else "",
                 diff_id=diff_id,
+                annotations=tuple(
+                    sorted(
+                        (k, v)
+                        for k, v in (notes.items() if isinstance(notes, dict) else ())
+                        if isinstance(k, str) and isinstance(v, str)
+                    )
+                ),
             )
         )
     return tuple(layers)

@@ -6,15 +6,16 @@ fetched by digest, reads and verifies the image config, and opens layer blobs as
 streams for ``pinguard.layers.blob`` to verify while they stream: a stream that breaks is
 resumed where it stopped (``_ResponseStream``), and a blob is never read past its
 descriptor's size plus one byte, so an oversized blob is refused as soon as that byte
-arrives. Every request goes through ``client`` (``pinguard.sources.registry_http``:
-transport, retries, redirects, authentication); pushing is ``pinguard.sources.registry_push``'s.
+arrives; ``read_ranges`` reads parts of a blob (``pinguard.sources.ranges``). Every
+request goes through ``client`` (``pinguard.sources.registry_http``: transport, retries,
+redirects, authentication); pushing is ``pinguard.sources.registry_push``'s.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import requests
@@ -27,6 +28,7 @@ from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.manifest import descriptor_platform, platform_from_config, verify_bytes
 from pinguard.sources.mediatypes import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST
+from pinguard.sources.ranges import RangeFetcher
 from pinguard.sources.registry_http import (
     MAX_MANIFEST_BYTES,
     TRANSPORT_ERRORS,
@@ -149,6 +151,7 @@ class RegistrySource(ImageSource):
         self.reference = ref
         self.ref = self.client.ref
         self.options = self.client.options
+        self._ranges: RangeFetcher | None = None
 
     def __repr__(self) -> str:
         return f"RegistrySource({self.reference!r})"
@@ -344,6 +347,20 @@ class RegistrySource(ImageSource):
 
         stream = _ResponseStream(opener, what, self.options.max_retries, layer.size)
         return io.BufferedReader(stream, buffer_size=BLOB_BUFFER)
+
+    def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Parts of one blob by HTTP Range requests (``pinguard.sources.ranges``: several
+        ranges per request, one by one where the registry will not)."""
+        what = f"blob {layer.digest} of {self.ref.api_host}/{self.ref.repository}"
+        url = self.client.blob_url(layer.digest)
+
+        def opener(headers: Mapping[str, str]) -> requests.Response:
+            return self.client.request(url, headers, what=what, stream=True)
+
+        if self._ranges is None:
+            self._ranges = RangeFetcher(opener, what)
+        self._ranges.reopen(opener, what)
+        return self._ranges.fetch(ranges)
 
     # --- raw reads (attestations; see pinguard.sources.referrers) ------------------------
 

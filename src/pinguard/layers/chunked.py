@@ -1,0 +1,546 @@
+"""Lazy reads of zstd:chunked layers: the table of contents, and only the bytes analyzers need.
+
+A zstd:chunked layer (containers/storage's chunked compressor: skopeo
+``--dest-compress-format zstd:chunked``, podman, buildah) compresses every file's content in
+its own zstd frames, cut into chunks at rolling-checksum boundaries, and appends a table of
+contents (TOC: every tar entry's type, name, link, size, sha256, and the compressed offsets
+of each file and chunk, with each chunk's sha256) in a zstd skippable frame. The layer
+descriptor's annotation ``io.github.containers.zstd-chunked.manifest-position`` (the older
+``io.containers.`` prefix in skopeo 1.9) says where (``offset:length:uncompressed:type``) and
+``...manifest-checksum`` gives the sha256 of the compressed TOC, so the manifest, verified by
+digest, authenticates the TOC.
+
+``analyze_chunked`` fetches the TOC with one range read, checks it against the checksum,
+builds the member list the layer analysis needs from it (types, links, whiteouts, opaque
+directories, repeated paths), and reads only the chunks of the files the selector wants:
+whole files to CAPTURE or to STREAM to a consumer that cannot read parts, and, for a
+consumer that can (``PartReader``: ELF heads, program headers, dynamic sections and strings),
+only the chunks holding the parts it asks for, round after round for every such file at once.
+Close ranges are merged (``MERGE_GAP``) and fetched in batches of at most ``BATCH`` bytes.
+Every chunk read is inflated and checked against the TOC's sha256 of that chunk (a file
+stored without chunks: against the file's sha256), and every file read whole against the
+file's sha256. HASH is answered with the TOC's sha256 of the file, unread: a RECORD entry
+stating that digest is then proven by the TOC alone.
+
+What this does not prove: the layer's DiffID. Only the whole tar hashes to it, and nothing
+here reads the whole tar (containers/storage checks a TOC against its tar-split for this
+reason; skopeo 1.9 writes none). The analysis says so (``LayerAnalysis.lazy``, with what was
+verified and the bytes read); whether a lazy read is acceptable is the caller's choice. A
+layer without a TOC, a TOC that does not match its checksum or does not parse, or any chunk
+that does not verify raises ``LazyUnavailable``: the caller then streams the layer whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import hashlib
+import io
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pinguard.layers.analysis import WHITEOUT, LayerAnalysis, LayerLimits, record_member
+from pinguard.layers.names import SPILL_CHECK, MemberNames
+from pinguard.layers.tar import (
+    CAPTURE,
+    HASH,
+    LINK,
+    STREAM,
+    Member,
+    MemberStream,
+    PartOpener,
+    PartReader,
+    Selector,
+    StreamOpener,
+    normalize,
+)
+
+POSITION_KEYS = (
+    "io.github.containers.zstd-chunked.manifest-position",
+    "io.containers.zstd-chunked.manifest-position",
+)
+CHECKSUM_KEYS = (
+    "io.github.containers.zstd-chunked.manifest-checksum",
+    "io.containers.zstd-chunked.manifest-checksum",
+)
+#: The largest TOC read (compressed or not): far above a real layer's (a 2,000,000-entry
+#: layer's TOC is about 600 MB uncompressed; beyond this the layer is streamed instead).
+MAX_TOC = 256 << 20
+#: Ranges closer than this are fetched as one (fewer requests for a few bytes more).
+MERGE_GAP = 64 << 10
+#: At most this many compressed bytes are held per fetch (memory stays bounded).
+BATCH = 16 << 20
+#: A file to stream no larger than this is fetched with the files to capture, and held.
+SMALL = 1 << 20
+
+_TYPES = {
+    "reg": b"0",
+    "hardlink": b"1",
+    "symlink": b"2",
+    "char": b"3",
+    "block": b"4",
+    "dir": b"5",
+    "fifo": b"6",
+}
+
+#: (half-open compressed ranges) -> their bytes, in order; from the image source
+Fetch = Callable[[Sequence[tuple[int, int]]], list[bytes]]
+
+
+class LazyUnavailable(Exception):
+    """This layer cannot be read lazily (the message says why): stream it whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class TocPosition:
+    """Where the TOC lies in the blob and what authenticates it."""
+
+    offset: int
+    length: int
+    uncompressed: int
+    checksum: str  # "sha256:<hex>" of the compressed TOC
+
+    @classmethod
+    def of(cls, annotation: Callable[[str], str | None]) -> TocPosition | None:
+        """From a layer descriptor's annotations; None when it names no TOC."""
+        position = next((v for k in POSITION_KEYS if (v := annotation(k)) is not None), None)
+        if position is None:
+            return None
+        checksum = next((v for k in CHECKSUM_KEYS if (v := annotation(k)) is not None), None)
+        if checksum is None:
+            raise LazyUnavailable("its TOC position is annotated but not its checksum")
+        parts = position.split(":")
+        if len(parts) != 4 or not all(p.isdigit() for p in parts):
+            raise LazyUnavailable(f"its TOC position {position!r} is not offset:length:size:type")
+        offset, length, uncompressed, kind = (int(p) for p in parts)
+        if kind != 1:
+            raise LazyUnavailable(f"its TOC is of type {kind}, not 1 (the CRFS-style TOC)")
+        algo, _, hexd = checksum.partition(":")
+        if algo != "sha256" or len(hexd) != 64 or not all(c in "0123456789abcdef" for c in hexd):
+            raise LazyUnavailable(f"its TOC checksum {checksum!r} is not a sha256 digest")
+        if length > MAX_TOC or uncompressed > MAX_TOC:
+            raise LazyUnavailable(f"its TOC is larger than {MAX_TOC} bytes")
+        return cls(offset, length, uncompressed, checksum)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of a file's content: ``size`` bytes at ``at`` in the file, stored in the
+    compressed range ``[start, end)`` of the blob, with its sha256 (hex)."""
+
+    at: int
+    size: int
+    start: int
+    end: int
+    digest: str
+
+
+@dataclass(slots=True)
+class TocEntry:
+    """One tar entry as the TOC states it. A regular file's chunks are parsed and checked
+    only when the file is read (``chunks``): most files of a layer never are."""
+
+    type: str
+    name: str
+    size: int = 0
+    linkname: str = ""
+    digest: str = ""  # hex sha256 of the content ("" for an empty file)
+    raw: list[dict[str, Any]] = field(default_factory=list)  # the file's TOC entry, its chunks
+    limit: int = 0  # the TOC's offset: every chunk lies before it
+
+    def chunks(self, lo: int = 0, hi: int | None = None) -> list[Chunk]:
+        """The file's chunks holding bytes ``[lo, hi)`` (default: all), in order, each with
+        its compressed range, found by bisection (a big library has thousands) and checked:
+        each ends where the next begins, in the content and in the blob, the last at the
+        file's end and before the TOC, and together they cover ``[lo, hi)``."""
+        if not self.size:
+            return []
+        raw = self.raw
+        head = raw[0]
+        end = head.get("endOffset")
+        single = len(raw) == 1 or not head.get("chunkDigest")
+        hi = self.size if hi is None else min(hi, self.size)
+        if single:  # stored in one piece: the file's own digest vouches for it
+            first, last = 0, 1
+        else:
+            first = max(bisect.bisect_right(raw, lo, key=_chunk_at) - 1, 0)
+            last = bisect.bisect_left(raw, hi, key=_chunk_at)
+        out: list[Chunk] = []
+        for k in range(first, last):
+            r = raw[k]
+            at = 0 if single else _chunk_at(r)
+            size: Any = self.size if single else r.get("chunkSize")
+            start: Any = r.get("offset")
+            stop: Any = raw[k + 1].get("offset") if k + 1 < len(raw) and not single else end
+            after = self.size if k + 1 >= len(raw) or single else _chunk_at(raw[k + 1])
+            numbers = (at, size, start, stop, after)
+            if not all(type(v) is int and v >= 0 for v in numbers):
+                raise LazyUnavailable(f"the TOC's chunks of {self.name!r} have a bad offset")
+            if not size or at + size != after or not start < stop <= self.limit:
+                raise LazyUnavailable(f"the TOC's chunks of {self.name!r} do not tile its content")
+            digest = self.digest if single else _hex(r.get("chunkDigest"), self.name)
+            if not digest:
+                raise LazyUnavailable(f"the TOC gives a chunk of {self.name!r} no digest")
+            out.append(Chunk(at, size, start, stop, digest))
+        if not out or out[0].at > lo or out[-1].at + out[-1].size < hi:
+            raise LazyUnavailable(f"the TOC's chunks of {self.name!r} do not cover {lo}-{hi}")
+        return out
+
+
+def _chunk_at(raw: dict[str, Any]) -> Any:
+    """Where a chunk starts in its file's content (0 for the file's own entry)."""
+    return raw.get("chunkOffset", 0) if raw.get("type") == "chunk" else 0
+
+
+def _hex(value: object, what: str) -> str:
+    text = str(value or "")
+    if not text:
+        return ""
+    algo, _, hexd = text.partition(":")
+    if algo != "sha256" or len(hexd) != 64:
+        raise LazyUnavailable(f"the TOC gives {what} the digest {text!r}, not a sha256")
+    return hexd
+
+
+def _int(raw: dict[str, Any], key: str) -> int:
+    value = raw.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise LazyUnavailable(f"the TOC's {key!r} for {raw.get('name')!r} is not a size")
+    return value
+
+
+def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
+    """The entries of an uncompressed TOC (JSON); chunks are kept with their file, to be
+    checked when it is read (``TocEntry.chunks``)."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise LazyUnavailable(f"its TOC is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise LazyUnavailable("its TOC is not a version 1 table of contents")
+    raws = doc.get("entries")
+    if not isinstance(raws, list):
+        raise LazyUnavailable("its TOC has no entries list")
+    out: list[TocEntry] = []
+    chunks: list[dict[str, Any]] = []  # the raw entries of the last regular file
+    last_name: object = None
+    try:
+        for raw in raws:
+            kind = raw["type"]
+            if kind == "chunk":  # the common entry of a big layer: as little work as can be
+                if raw["name"] != last_name:
+                    raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
+                chunks.append(raw)
+                continue
+            name = raw["name"]
+            if kind not in _TYPES or not isinstance(name, str):
+                raise LazyUnavailable(f"its TOC has an entry of type {kind!r} named {name!r}")
+            size = raw.get("size", 0)
+            if type(size) is not int or size < 0:
+                raise LazyUnavailable(f"the TOC's size for {name!r} is not a size")
+            link = raw.get("linkName") or ""
+            digest = raw.get("digest")
+            chunks = [raw]
+            last_name = name if kind == "reg" else None
+            out.append(
+                TocEntry(
+                    kind,
+                    name,
+                    size,
+                    link if isinstance(link, str) else str(link),
+                    _hex(digest, name) if digest else "",
+                    chunks,
+                    toc_offset,
+                )
+            )
+    except (KeyError, TypeError) as exc:
+        raise LazyUnavailable(f"its TOC has an entry without {exc}") from None
+    return out
+
+
+def _b64(hexd: str) -> str:
+    """A hex sha256 as RECORD writes it: ``sha256=<urlsafe b64, unpadded>``."""
+    raw = bytes.fromhex(hexd) if hexd else hashlib.sha256().digest()
+    return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _inflate(data: bytes, size: int, what: str) -> bytes:
+    """The zstd frames ``data`` holds, which must inflate to exactly ``size`` bytes."""
+    import zstandard  # here: the guard's zipapp ships without it and never reads lazily
+
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(data), read_across_frames=True
+        )
+        out = reader.read(size + 1)
+    except zstandard.ZstdError as exc:
+        raise LazyUnavailable(f"{what} does not inflate: {exc}") from None
+    if len(out) != size:
+        raise LazyUnavailable(f"{what} inflates to {len(out)} bytes, not {size}")
+    return out
+
+
+@dataclass(slots=True)
+class _Counts:
+    """What a lazy read fetched and verified."""
+
+    fetched: int = 0
+    requests: int = 0
+    chunks: int = 0
+    whole: int = 0  # files read whole, each checked against its digest
+    parts: int = 0  # files read in parts, each part checked against its chunk's digest
+    unread: int = 0  # files answered from the TOC's digest alone (HASH)
+
+
+class _Reader:
+    """Fetches and verifies chunks: merged ranges, bounded batches."""
+
+    def __init__(self, fetch: Fetch, counts: _Counts, layer: str) -> None:
+        self._fetch = fetch
+        self._counts = counts
+        self._layer = layer
+
+    def chunks(self, wanted: Sequence[tuple[str, Chunk]]) -> Iterator[tuple[str, Chunk, bytes]]:
+        """Each (name, chunk) inflated and verified, in the order of the blob."""
+        order = sorted(set(wanted), key=lambda w: w[1].start)
+        i = 0
+        while i < len(order):
+            # a batch: chunks up to BATCH compressed bytes (at least one), ranges merged
+            batch = [order[i]]
+            total = order[i][1].end - order[i][1].start
+            i += 1
+            while i < len(order) and total + order[i][1].end - order[i][1].start <= BATCH:
+                total += order[i][1].end - order[i][1].start
+                batch.append(order[i])
+                i += 1
+            ranges: list[list[int]] = []
+            for _name, c in batch:
+                if ranges and c.start - ranges[-1][1] <= MERGE_GAP:
+                    ranges[-1][1] = max(ranges[-1][1], c.end)
+                else:
+                    ranges.append([c.start, c.end])
+            spans = [(a, b) for a, b in ranges]
+            starts = [a for a, _b in spans]
+            try:
+                got = self._fetch(spans)
+            except LazyUnavailable:
+                raise
+            except Exception as exc:  # a transport that cannot serve ranges after all
+                raise LazyUnavailable(f"reading ranges failed: {exc}") from exc
+            self._counts.requests += 1
+            for (a, b), data in zip(spans, got, strict=True):
+                if len(data) != b - a:
+                    raise LazyUnavailable(f"bytes {a}-{b - 1} came back short")
+                self._counts.fetched += len(data)
+            for name, c in batch:
+                k = bisect.bisect_right(starts, c.start) - 1  # the span holding the chunk
+                raw = got[k][c.start - spans[k][0] : c.end - spans[k][0]]
+                what = f"the chunk of {name!r} at {c.at}"
+                data = _inflate(raw, c.size, what)
+                if hashlib.sha256(data).hexdigest() != c.digest:
+                    raise LazyUnavailable(f"{what} does not match its TOC digest")
+                self._counts.chunks += 1
+                yield name, c, data
+
+    def files(self, entries: Sequence[TocEntry]) -> dict[str, bytes]:
+        """Several files whole, fetched together, each checked against its digest."""
+        by_name = {e.name: e for e in entries}
+        pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in by_name}
+        wanted = [(e.name, c) for e in by_name.values() for c in e.chunks()]
+        for name, c, data in self.chunks(wanted):
+            pieces[name].append((c.at, data))
+        out: dict[str, bytes] = {}
+        for name, entry in by_name.items():
+            data = b"".join(d for _at, d in sorted(pieces[name]))
+            if len(data) != entry.size or hashlib.sha256(data).hexdigest() != (
+                entry.digest or hashlib.sha256().hexdigest()
+            ):
+                raise LazyUnavailable(f"{name!r} does not match its TOC digest")
+            self._counts.whole += 1
+            out[name] = data
+        return out
+
+    def whole(self, entry: TocEntry, sink: Callable[[bytes], object]) -> None:
+        """A file's content, chunk by chunk in order, checked against the file's digest."""
+        h = hashlib.sha256()
+        at = 0
+        for _name, c, data in self.chunks([(entry.name, c) for c in entry.chunks()]):
+            if c.at != at:
+                raise LazyUnavailable(f"the chunks of {entry.name!r} came out of order")
+            at += c.size
+            h.update(data)
+            sink(data)
+        if h.hexdigest() != entry.digest:
+            raise LazyUnavailable(f"{entry.name!r} does not match its TOC digest")
+        self._counts.whole += 1
+
+
+def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) -> None:
+    """Every part reader's rounds, all files at once per round: the chunks holding what
+    each asks for are fetched (each verified) and handed in."""
+    last: dict[str, list[tuple[int, int]]] = {}
+    while True:
+        wanted: list[tuple[str, Chunk]] = []
+        asks: dict[str, list[tuple[int, int]]] = {}
+        for name, (entry, part) in parts.items():
+            gaps = part.gaps()
+            if not gaps or gaps == last.get(name):
+                continue  # done, or asking again for what it was given: its close() says
+            asks[name] = gaps
+            for lo, hi in gaps:
+                wanted.extend((name, c) for c in entry.chunks(lo, hi))
+        if not wanted:
+            return
+        last = asks
+        got: dict[str, list[tuple[int, bytes]]] = {}
+        for name, c, data in reader.chunks(wanted):
+            got.setdefault(name, []).append((c.at, data))
+        for name, pieces in got.items():
+            pieces.sort()
+            part = parts[name][1]
+            for lo, hi in asks[name]:
+                # the contiguous bytes [lo, hi) from the chunks fetched for them
+                buf = b"".join(d for at, d in pieces if at < hi and lo < at + len(d))
+                first = next(at for at, d in pieces if at < hi and lo < at + len(d))
+                part.feed_at(lo, buf[lo - first : hi - first])
+
+
+def analyze_chunked(
+    fetch: Fetch,
+    position: TocPosition,
+    *,
+    digest: str,
+    size: int | None,
+    select: Selector,
+    open_stream: StreamOpener | None = None,
+    open_parts: PartOpener | None = None,
+    limits: LayerLimits | None = None,
+) -> LayerAnalysis:
+    """The layer analysis of a zstd:chunked blob from its TOC and the chunks the selector's
+    files need (module docstring); ``LazyUnavailable`` when any of it does not verify."""
+    limits = limits or LayerLimits()
+    if size is not None and position.offset + position.length > size:
+        raise LazyUnavailable(f"its TOC position lies past the blob's {size} bytes")
+    counts = _Counts()
+    reader = _Reader(fetch, counts, digest)
+    try:
+        (compressed,) = fetch([(position.offset, position.offset + position.length)])
+    except LazyUnavailable:
+        raise
+    except Exception as exc:
+        raise LazyUnavailable(f"reading its TOC failed: {exc}") from exc
+    counts.fetched += len(compressed)
+    counts.requests += 1
+    if "sha256:" + hashlib.sha256(compressed).hexdigest() != position.checksum:
+        raise LazyUnavailable("its TOC does not match the manifest's TOC checksum")
+    entries = parse_toc(_inflate(compressed, position.uncompressed, "its TOC"), position.offset)
+
+    result = LayerAnalysis(digest=digest)
+    names = MemberNames()
+    captures: list[tuple[TocEntry, str, int]] = []  # (entry, path, flags)
+    streams: list[TocEntry] = []
+    parts: dict[str, tuple[TocEntry, PartReader]] = {}
+    try:
+        for entry in entries:
+            result.members += 1
+            if not result.members % SPILL_CHECK:
+                names.spill()
+            path = normalize(entry.name)
+            hardlink = entry.type == "hardlink"
+            names.see(  # the TOC states each name as the tar header stores it
+                entry.name,
+                path,
+                entry.type == "dir",
+                entry.linkname if hardlink else None,
+                hardlink=hardlink,
+            )
+            member = Member(path, _TYPES[entry.type], entry.size, entry.linkname)
+            if entry.type != "reg":
+                if ".wh." in path or (
+                    (entry.type == "symlink" or hardlink) and select(path) & LINK
+                ):
+                    record_member(result, member)
+                continue
+            if path[path.rfind("/") + 1 :].startswith(WHITEOUT):
+                record_member(result, member)
+                continue
+            want = select(path) & ~LINK
+            oversized = bool(want & CAPTURE) and entry.size > limits.max_capture
+            if oversized:
+                want &= ~CAPTURE
+            hashed = _b64(entry.digest) if want & HASH else None
+            counts.unread += hashed is not None
+            record_member(
+                result, Member(path, b"0", entry.size, "", digest=hashed, oversized=oversized)
+            )
+            if want & CAPTURE:
+                captures.append((entry, path, want))
+            elif want & STREAM:
+                part = open_parts(path, entry.size, _b64(entry.digest)) if open_parts else None
+                if part is not None and entry.size:
+                    parts[path] = (entry, part)
+                else:
+                    streams.append(entry)
+        result.name_flags = names.flags()
+        if result.opaque:
+            result.opaque_made = sorted(names.made(result.opaque))
+    finally:
+        names.close()
+    small = [e for e in streams if e.size <= SMALL]
+    streams = [e for e in streams if e.size > SMALL]
+    held = reader.files([e for e, _p, _w in captures] + small)
+    for entry, path, want in captures:
+        data = held[entry.name]
+        result.files[path] = data
+        if want & STREAM:  # captured and streamed: the consumer gets the same bytes
+            _consume(open_stream, path, data, result)
+    for entry in small:
+        _consume(open_stream, normalize(entry.name), held[entry.name], result)
+    for entry in streams:
+        _stream_whole(reader, entry, open_stream, result)
+    _read_parts(reader, {e.name: (e, p) for e, p in parts.values()})
+    for path, (_entry, part) in parts.items():
+        result.streamed[path] = part.close()
+        counts.parts += 1
+    result.size = 0  # the tar's size is not known without the tar
+    result.diff_id = ""  # not proven: only the whole tar hashes to it
+    result.lazy = {
+        "toc": position.checksum,
+        "blob_size": size,
+        "fetched": counts.fetched,
+        "requests": counts.requests,
+        "chunks_verified": counts.chunks,
+        "files_whole": counts.whole,
+        "files_in_parts": counts.parts,
+        "digests_from_toc": counts.unread,
+    }
+    return result
+
+
+def _consume(
+    open_stream: StreamOpener | None, path: str, data: bytes, result: LayerAnalysis
+) -> None:
+    """A STREAM member whose verified content is held: its consumer's summary."""
+    if open_stream is None:
+        raise LazyUnavailable(f"{path!r} selected for streaming but nothing consumes it")
+    stream = open_stream(path, len(data))
+    stream.update(memoryview(data))
+    result.streamed[path] = stream.close()
+
+
+def _stream_whole(
+    reader: _Reader,
+    entry: TocEntry,
+    open_stream: StreamOpener | None,
+    result: LayerAnalysis,
+) -> None:
+    """A STREAM member read whole (a consumer that cannot read parts), verified."""
+    path = normalize(entry.name)
+    if open_stream is None:
+        raise LazyUnavailable(f"{path!r} selected for streaming but nothing consumes it")
+    stream: MemberStream = open_stream(path, entry.size)
+    if entry.size:
+        reader.whole(entry, lambda data: stream.update(memoryview(data)))
+    result.streamed[path] = stream.close()
