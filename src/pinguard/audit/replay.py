@@ -83,22 +83,33 @@ def replay_key(
 # --------------------------------------------------------------------------- encoding
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, in order (None: not a dataclass)."""
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return None
+
+
 def _encode(value: Any, shared: dict[int, int], table: list[Any]) -> Any:
-    if isinstance(value, _SHARED):
-        at = shared.get(id(value))
-        if at is None:
-            fields = {
-                f.name: _encode(getattr(value, f.name), shared, table)
-                for f in dataclasses.fields(value)
-            }
-            at = shared[id(value)] = len(table)
-            table.append(fields)
-        return at
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _encode(getattr(value, f.name), shared, table)
-            for f in dataclasses.fields(value)
-        }
+    cls = type(value)
+    if cls in _PLAIN:  # most values: returned as they are
+        return value
+    if cls is tuple or cls is list:
+        return [_encode(v, shared, table) for v in value]
+    names = _field_names(cls)
+    if names is not None:
+        if isinstance(value, _SHARED):
+            at = shared.get(id(value))
+            if at is None:
+                fields = {n: _encode(getattr(value, n), shared, table) for n in names}
+                at = shared[id(value)] = len(table)
+                table.append(fields)
+            return at
+        return {n: _encode(getattr(value, n), shared, table) for n in names}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):
