@@ -125,13 +125,77 @@ class Readable(Protocol):
     def read(self, n: int = -1, /) -> bytes: ...
 
 
+class Ahead:
+    """Runs an iterator of byte chunks in a daemon thread, at most ``depth`` chunks ahead of
+    its consumer (the queue is bounded, so memory stays flat).
+
+    What the thread does in C (socket reads, ``hashlib``, isal, zstandard) releases the GIL,
+    so it overlaps with the consumer's Python. An exception the iterator raises is handed to
+    the consumer, at this and every later ``next``; so is the end. ``close`` stops the thread
+    without draining the iterator, and wakes a consumer blocked on this queue (it gets
+    ``AheadClosed``): a chain of them stops from any end."""
+
+    def __init__(self, items: Iterator[bytes], depth: int, name: str) -> None:
+        self._items = items
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._pump, name=name, daemon=True)
+        self.thread.start()
+
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _pump(self) -> None:
+        try:
+            for item in self._items:
+                if self._stop.is_set() or not self._put(item):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the consumer
+            self._put(exc)
+
+    def __iter__(self) -> Ahead:
+        return self
+
+    def __next__(self) -> bytes:
+        while True:
+            try:
+                item = self._queue.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise AheadClosed(self.thread.name) from None
+        if item is None:
+            self._queue.put(None)  # stay at the end for later calls
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._queue.put(item)
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop the thread; wait for it at most ``CLOSE_WAIT`` (see ``VerifyingReader.close``)."""
+        self._stop.set()
+        self.thread.join(CLOSE_WAIT)
+
+
+class AheadClosed(Exception):
+    """Raised to a consumer still waiting on an ``Ahead`` that was closed."""
+
+
 class VerifyingReader:
     """Reads a raw blob while hashing it; ``finish`` drains the rest and checks it.
 
-    With ``prefetch`` a background thread fetches and hashes the blob a few chunks ahead
-    (socket reads and ``hashlib`` release the GIL), so fetching and hashing overlap with
-    inflating and walking in the consuming thread. The queue is bounded, so memory stays
-    flat whatever the blob size.
+    With ``prefetch`` a background thread (``Ahead``) fetches and hashes the blob a few
+    chunks ahead (socket reads and ``hashlib`` release the GIL), so fetching and hashing
+    overlap with inflating and walking in the consuming thread. The queue is bounded, so
+    memory stays flat whatever the blob size.
     """
 
     def __init__(
@@ -153,13 +217,12 @@ class VerifyingReader:
         self._hash = hashlib.new(algo)
         self.count = 0
         self._pending = b""
-        self._queue: queue.Queue[bytes | BaseException | None] | None = None
-        self._stop = threading.Event()
+        self._ahead: Ahead | None = None
         self._thread: threading.Thread | None = None
         if prefetch:
-            self._queue = queue.Queue(maxsize=PREFETCH_CHUNKS)
-            self._thread = threading.Thread(target=self._pump, name="blob-prefetch", daemon=True)
-            self._thread.start()
+            chunks = iter(lambda: self._take(CHUNK), b"")
+            self._ahead = Ahead(chunks, PREFETCH_CHUNKS, "blob-prefetch")
+            self._thread = self._ahead.thread
 
     def _take(self, n: int) -> bytes:
         """Read, hash and count up to ``n`` raw bytes (in whichever thread fetches).
@@ -182,40 +245,13 @@ class VerifyingReader:
                 self._progress(len(data))
         return data
 
-    def _put(self, item: bytes | BaseException | None) -> bool:
-        assert self._queue is not None
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _pump(self) -> None:
-        try:
-            while not self._stop.is_set():
-                data = self._take(CHUNK)
-                if not data:
-                    break
-                if not self._put(data):
-                    return
-            self._put(None)
-        except BaseException as exc:  # handed to the consuming thread
-            self._put(exc)
-
     def read(self, n: int = -1, /) -> bytes:
-        if self._queue is None:
+        if self._ahead is None:
             return self._take(n)
         if not self._pending:
-            item = self._queue.get()
-            if item is None:
-                self._queue.put(None)  # stay at EOF for later reads
+            self._pending = next(self._ahead, b"")
+            if not self._pending:
                 return b""
-            if isinstance(item, BaseException):
-                self._queue.put(item)
-                raise item
-            self._pending = item
         if n < 0 or n >= len(self._pending):
             data, self._pending = self._pending, b""
         else:
@@ -230,9 +266,8 @@ class VerifyingReader:
         daemon thread, and whatever its read returns is dropped (it never hands anything
         over once stopped). Waiting for it would tie Ctrl-C, or the end of an audit that
         already failed, to the registry's read timeout."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(CLOSE_WAIT)
+        if self._ahead is not None:
+            self._ahead.close()
 
     def finish(self) -> str:
         """Drain what is left, then verify size and digest; return the computed digest."""
