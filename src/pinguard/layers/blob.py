@@ -1,7 +1,8 @@
 """Raw layer blobs: verifying them while they stream, and inflating them.
 
-Owns the byte level below the tar walk. ``VerifyingReader`` hashes and counts a blob as it is
-read (optionally a few chunks ahead in a prefetch thread), never reading more than one byte
+Owns the byte level below the tar walk. ``Ahead`` runs a chunk iterator in a daemon thread,
+a bounded few chunks ahead of its consumer. ``VerifyingReader`` hashes and counts a blob as it
+is read (optionally a few chunks ahead in such a thread), never reading more than one byte
 past the declared size (that byte is refused at once), and ``finish`` raises
 ``BlobVerificationError`` on a digest or size mismatch at the end of the stream, never a
 partial pass. ``inflated_chunks`` sniffs the magic bytes and yields the decompressed tar in
