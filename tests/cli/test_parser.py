@@ -57,3 +57,19 @@ def test_building_the_parser_needs_only_what_the_guard_zipapp_ships() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_subcommand_alone_imports_only_its_own_module() -> None:
+    """`pinguard audit ...` builds only the audit parser: the other subcommands' modules
+    (fleet, attest, ...) are not imported, and the parser still parses audit's options."""
+    code = (
+        "import sys\n"
+        "from pinguard.cli import COMMANDS, build_parser\n"
+        "args = build_parser('audit').parse_args(['audit', 'x:1', '--format', 'json'])\n"
+        "assert args.format == 'json', args\n"
+        "loaded = sorted(c for c in COMMANDS if f'pinguard.cli.{c}' in sys.modules)\n"
+        "print(' '.join(loaded))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["audit"]

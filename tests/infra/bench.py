@@ -14,8 +14,11 @@ from pathlib import Path
 from tests.infra.paths import REPO
 
 
-def run_benchmark(script: str, *args: str, timeout: float, cwd: Path = REPO) -> str:
-    """Run ``benchmarks/<script> args`` in ``cwd``; assert it exits 0 and return its stdout."""
+def run_benchmark(
+    script: str, *args: str, timeout: float, cwd: Path = REPO, returncode: int = 0
+) -> str:
+    """Run ``benchmarks/<script> args`` in ``cwd``; assert it exits ``returncode`` (0 unless
+    told) and return its stdout."""
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / script), *args],
         capture_output=True,
@@ -25,5 +28,5 @@ def run_benchmark(script: str, *args: str, timeout: float, cwd: Path = REPO) -> 
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == returncode, proc.stderr[-3000:]
     return proc.stdout

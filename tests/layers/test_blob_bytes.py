@@ -343,3 +343,15 @@ def test_peek_reader_returns_the_head_first_then_the_stream() -> None:
     whole = blob._PeekReader(io.BytesIO(b"rest"), b"head")
     assert whole.read() == b"headrest"
     assert whole.read() == b""
+
+
+def test_keep_chunk_memory_takes_glibcs_settings_on_linux() -> None:
+    """On Linux with glibc the allocator settings are accepted (False would mean no effect)."""
+    import sys
+
+    from pinguard.layers.blob import keep_chunk_memory
+
+    if not sys.platform.startswith("linux"):
+        assert keep_chunk_memory() is False
+        return
+    assert keep_chunk_memory() is True

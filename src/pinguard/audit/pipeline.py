@@ -39,6 +39,7 @@ from pinguard.layers.analysis import (
     analyze_directory,
     analyze_stream,
 )
+from pinguard.layers.blob import keep_chunk_memory
 from pinguard.layers.cache import LayerCache
 from pinguard.layers.cachestore import CacheSpec, LayerStore, VerifiedCache
 from pinguard.layers.chunked import LazyUnavailable, TocPosition, analyze_chunked
@@ -413,6 +414,8 @@ def load_layers(
             progress.done(layer)
     fallbacks: dict[str, str] = {}
     jobs = options.jobs or (os.cpu_count() or 1)
+    if todo:
+        keep_chunk_memory()  # before the workers fork: they inherit it
     if lazy and todo:
         # a lazy read is a few requests and some CPU per layer (its TOC): several layers
         # go to worker processes, one is read here; a layer that cannot be read lazily

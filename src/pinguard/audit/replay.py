@@ -83,22 +83,42 @@ def replay_key(
 # --------------------------------------------------------------------------- encoding
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, in order (None: not a dataclass)."""
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = (
+            tuple(f.name for f in dataclasses.fields(cls))
+            if dataclasses.is_dataclass(cls)
+            else None
+        )
+        _FIELD_NAMES[cls] = names
+        return names
+
+
 def _encode(value: Any, shared: dict[int, int], table: list[Any]) -> Any:
-    if isinstance(value, _SHARED):
-        at = shared.get(id(value))
-        if at is None:
-            fields = {
-                f.name: _encode(getattr(value, f.name), shared, table)
-                for f in dataclasses.fields(value)
-            }
-            at = shared[id(value)] = len(table)
-            table.append(fields)
-        return at
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _encode(getattr(value, f.name), shared, table)
-            for f in dataclasses.fields(value)
-        }
+    cls = type(value)
+    if cls in _PLAIN:  # most values: returned as they are
+        return value
+    if cls is tuple or cls is list:
+        return [_encode(v, shared, table) for v in value]
+    names = _field_names(cls)
+    if names is not None:
+        if isinstance(value, _SHARED):
+            at = shared.get(id(value))
+            if at is None:
+                fields = {n: _encode(getattr(value, n), shared, table) for n in names}
+                at = shared[id(value)] = len(table)
+                table.append(fields)
+            return at
+        return {n: _encode(getattr(value, n), shared, table) for n in names}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):

@@ -23,7 +23,13 @@ from typing import BinaryIO
 
 from pinguard.errors import BlobVerificationError, LayerError
 from pinguard.layers import blob
-from pinguard.layers.blob import DECOMPRESS_ERRORS, Inflated, VerifyingReader, inflated_chunks
+from pinguard.layers.blob import (
+    DECOMPRESS_ERRORS,
+    Ahead,
+    Inflated,
+    VerifyingReader,
+    inflated_chunks,
+)
 from pinguard.layers.names import MemberNames, NameFlag
 from pinguard.layers.tar import (
     CAPTURE,
@@ -200,6 +206,9 @@ def record_member(result: LayerAnalysis, member: Member) -> None:
         result.streamed[path] = member.streamed
 
 
+#: Inflated chunks (``blob.OUT_CHUNK`` bytes each) the inflate thread may be ahead of the walk.
+INFLATE_AHEAD = 3
+
 ZERO_PAD_BLOCKS = 20  # a tar record (the default blocking factor of tar and tarfile)
 
 
@@ -229,11 +238,14 @@ def analyze_stream(
     """Stream one blob: verify it, walk its tar, keep what ``select`` asks for.
 
     The uncompressed tar (everything, including bytes after its end blocks) is hashed and
-    must match ``diff_id`` when one is given; ``limits`` bound the work (``LayerLimits``)."""
+    must match ``diff_id`` when one is given; ``limits`` bound the work (``LayerLimits``).
+    With ``prefetch`` three threads share the work: one fetches and hashes the blob, one
+    inflates it and hashes the tar (both in C, without the GIL), and this one walks."""
     limits = limits or LayerLimits()
     expected_diff = Digest.parse(diff_id, f"layer {digest} diff_id") if diff_id else None
     verifier = VerifyingReader(raw, digest, size, progress, prefetch=prefetch)
     names = MemberNames()
+    inflater: Ahead | None = None
     try:
         result = LayerAnalysis(digest=digest or "")
         counter = [0]
@@ -243,7 +255,9 @@ def analyze_stream(
             guarded = _guarded(
                 inflated_chunks(verifier, inflated), limits, lambda: verifier.count, tar_hash
             )
-            src = Chunks(guarded)
+            if prefetch:
+                inflater = Ahead(guarded, INFLATE_AHEAD, "layer-inflate")
+            src = Chunks(inflater if inflater is not None else guarded)
             for member in walk_members(
                 src,
                 select,
@@ -288,6 +302,8 @@ def analyze_stream(
                 f"config's diff_id is {expected_diff}"
             )
     finally:
+        if inflater is not None:
+            inflater.close()
         verifier.close()
         names.close()
     return result
