@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import ROOT, baseline_src, run_audit
+from audit_bench import ROOT, _pythonpath, baseline_src, run_audit
 
 REPO = "bench/lazy"
 TORCH = "localhost/pinguard-test/torch-real:2.14.1-v1"
@@ -161,7 +161,7 @@ def lazy_layers(ref: str) -> float:
         [sys.executable, "-c", _LAZY_LAYERS, ref],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        env=_pythonpath(ROOT / "src"),
         check=False,
     )
     if proc.returncode != 0:
