@@ -29,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from pinguard.audit.pipeline import audit_directory, audit_image
 from pinguard.cli import main
-from pinguard.layers.cache import entry_digest
+from pinguard.layers.cache import seal
 from pinguard.models import ChangeKind
 from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from tests.infra.cli import PINGUARD_WITH_CTRL_C
@@ -107,8 +107,7 @@ def test_no_cache_neither_reads_nor_writes(
     entry.write_bytes(entry.read_bytes().replace(b"Version: 2.29.7\\n", b"Version: 2.29.1\\n"))
     data = json.loads(entry.read_text())
     del data["content"]
-    data["content"] = entry_digest(data)
-    entry.write_text(json.dumps(data))
+    entry.write_text(seal(data))
     for replay in cache.glob("replay-*.json"):  # a replay never reads the layer entries
         replay.unlink()
 

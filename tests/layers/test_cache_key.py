@@ -9,6 +9,7 @@ code, not where it is installed). ``--no-cache`` neither reads nor writes a cach
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import pinguard
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.cache import LayerCache, entry_digest
+from pinguard.layers.cache import LayerCache, seal, unseal
 from pinguard.testing.demo import build_demo
 
 PACKAGE = Path(pinguard.__file__).parent
@@ -150,9 +151,7 @@ def _poison(cache: Path) -> None:
         data = json.loads(entry.read_text())
         analysis = LayerAnalysis.from_json(data)
         analysis.files = {p: b for p, b in analysis.files.items() if ".dist-info/" not in p}
-        poisoned = analysis.to_json()
-        poisoned["content"] = entry_digest(poisoned)
-        entry.write_text(json.dumps(poisoned))
+        entry.write_text(seal(analysis.to_json()))
 
 
 def _packages(path: Path) -> int:
@@ -206,3 +205,27 @@ def test_cache_entry_round_trip_is_exact(tmp_path: Path) -> None:
     assert cache.get(analysis.digest) == analysis
     assert LayerCache(tmp_path / "c", "k2").get(analysis.digest) is None  # other key: a miss
     assert [p.name for p in (tmp_path / "c").iterdir()] == [f"sha256-{'ab' * 32}.k1.json"]
+
+
+def test_a_sealed_entry_is_read_back_and_any_change_is_a_miss() -> None:
+    """``seal`` puts the content digest first; ``unseal`` checks it over the stored bytes:
+    the same entry back, and None for a changed byte, a changed digest, the same data
+    written in another JSON layout (spaces), or text that is no sealed entry."""
+    data: dict[str, object] = {"digest": "sha256:" + "a" * 64, "files": {"x": [1, "é"]}, "z": None}
+    text = seal(data)
+    assert text.startswith('{"content":"sha256:')
+    assert json.loads(text)["content"] == entry_digest_of(data)
+    assert unseal(text.encode()) == data
+    assert unseal(seal({}).encode()) == {}
+    assert unseal(text.replace('"x"', '"y"').encode()) is None
+    assert unseal(text.replace("sha256:", "sha256:0", 1)[:-1].encode()) is None
+    spaced = json.dumps(json.loads(text))
+    assert unseal(spaced.encode()) is None
+    assert unseal(b"") is None
+    assert unseal(b"[1, 2]") is None
+
+
+def entry_digest_of(data: dict[str, object]) -> str:
+    """sha256 over the canonical JSON, computed here independently of the module."""
+    body = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(body).hexdigest()

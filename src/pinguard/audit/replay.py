@@ -35,7 +35,7 @@ from typing import Any
 import packaging
 
 from pinguard.fileio import atomic_write
-from pinguard.layers.cache import entry_digest, source_digest
+from pinguard.layers.cache import seal, source_digest, unseal
 from pinguard.models import Distribution, Environment, Incomplete, Platform, Snapshot, Step
 from pinguard.sources.interface import LayerRef
 
@@ -270,11 +270,8 @@ class ReplayCache:
 
     def get(self, key: str) -> Replay | None:
         try:
-            with self._path(key).open("rb") as fh:
-                data = json.load(fh)
-            if not isinstance(data, dict) or data.pop("content", None) != entry_digest(data):
-                return None
-            if data.pop("key", None) != key:
+            data = unseal(self._path(key).read_bytes())
+            if data is None or data.pop("key", None) != key:
                 return None
             return decode(data)
         except (OSError, ValueError, KeyError, TypeError, IndexError, AssertionError):
@@ -283,7 +280,5 @@ class ReplayCache:
     def put(self, key: str, replay: Replay) -> None:
         data = encode(replay)
         data["key"] = key
-        data["content"] = entry_digest(data)
-        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(self._path(key), text)
+        atomic_write(self._path(key), seal(data))

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from functools import cache
 from importlib import import_module, resources
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
@@ -107,9 +108,8 @@ class LayerCache:
 
     def get(self, digest: str) -> LayerAnalysis | None:
         try:
-            with self._path(digest).open("rb") as fh:
-                data = json.load(fh)
-            if not isinstance(data, dict) or data.pop("content", None) != entry_digest(data):
+            data = unseal(self._path(digest).read_bytes())
+            if data is None:
                 return None
             analysis = LayerAnalysis.from_json(data)
         except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
@@ -118,9 +118,7 @@ class LayerCache:
 
     def put(self, analysis: LayerAnalysis) -> None:
         target = self._path(analysis.digest)
-        data = analysis.to_json()
-        data["content"] = entry_digest(data)
-        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+        text = seal(analysis.to_json())
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, text)
 
@@ -129,7 +127,26 @@ class LayerCache:
         return ()
 
 
-def entry_digest(data: dict[str, object]) -> str:
-    """sha256 of an entry's canonical JSON without its ``content`` field."""
-    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+_SEALED = re.compile(rb'\{"content":"(sha256:[0-9a-f]{64})"[,}]')
+
+
+def seal(data: dict[str, object]) -> str:
+    """An entry's text: its canonical JSON (sorted keys, no spaces) with ``content``, the
+    sha256 of that JSON, written as the first key."""
+    body = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    digest = "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return f'{{"content":"{digest}"' + ("}" if body == "{}" else "," + body[1:])
+
+
+def unseal(raw: bytes) -> dict[str, Any] | None:
+    """The entry ``seal`` wrote, without ``content``; None when the text is not a sealed
+    entry or its digest does not match. The digest is checked over the bytes as stored, so
+    reading an entry does not serialise it again (0.24 s of a 9 MB replay entry's 0.75 s)."""
+    found = _SEALED.match(raw)
+    if found is None:
+        return None
+    body = b"{" + raw[found.end() :] if raw[found.end() - 1 : found.end()] == b"," else b"{}"
+    if "sha256:" + hashlib.sha256(body).hexdigest() != found.group(1).decode():
+        return None
+    data = json.loads(body)
+    return data if isinstance(data, dict) else None
