@@ -3,7 +3,7 @@
 `run_guard` audits a live filesystem (``/`` inside a ``RUN`` step) as one state, compares it
 with the state the previous guard call recorded in a small JSON file inside the image
 (`DEFAULT_STATE`), and builds an `AuditResult` whose single step is "this install step": its
-changes with their causes (`pinguard.audit.diff.diff_environments`) and the requirements it newly
+changes with their causes (`pinguard.audit.diff.diff_snapshots`) and the requirements it newly
 left unmet. The policy judges that result as it judges an image audit, so a downgrade, a
 forbidden version or a broken pin fails the ``RUN`` step that caused it. The first call has
 nothing to compare with: it records the baseline (which may have no Python environment yet:
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinguard.audit.diff import diff_environments
+from pinguard.audit.diff import diff_snapshots
 from pinguard.audit.pipeline import audit_directory
 from pinguard.buildfile.pipcli import is_guard_call
 from pinguard.buildfile.shell import (
@@ -365,20 +365,11 @@ def guard_result(
         for env in now.environments:
             unmet.extend(unmet_requirements(env, platform, now.environments))
     else:
-        before = Snapshot(environments=previous.environments)
-        paths = sorted({e.path for e in before.environments} | {e.path for e in now.environments})
-        for path in paths:
-            # the recorded environments carry no requirements, so diff_environments returns
-            # every unmet requirement of ``after``; those recorded as unmet are not new
-            c, u = diff_environments(
-                before.environment(path),
-                now.environment(path),
-                platform=platform,
-                before_all=before.environments,
-                after_all=now.environments,
-            )
-            changes.extend(c)
-            unmet.extend(_filter_unmet(u, previous.unmet))
+        # the recorded environments carry no requirements, so the diff returns every unmet
+        # requirement of ``now``; those recorded as unmet are not new
+        changed, found = diff_snapshots(Snapshot(environments=previous.environments), now, platform)
+        changes.extend(changed)
+        unmet.extend(_filter_unmet(found, previous.unmet))
     the_step = Step(
         index=step.index,
         created_by=step.name,

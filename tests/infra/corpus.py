@@ -53,11 +53,7 @@ def real_wheels(specs: Sequence[str]) -> list[Path]:
                 p for p in target.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-")
             ]
             if not found:
-                cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-                cmd += ["--only-binary=:all:", "--python-version", "3.11", "-d", str(target)]
-                for platform in PLATFORMS:
-                    cmd += ["--platform", platform]
-                subprocess.run([*cmd, spec], check=True, capture_output=True, timeout=1800)
+                pip_download([spec], target, deps=False)
                 found = [
                     p
                     for p in target.glob("*.whl")
@@ -66,6 +62,17 @@ def real_wheels(specs: Sequence[str]) -> list[Path]:
             assert len(found) == 1, (spec, found)
             out.append(found[0])
         return out
+
+
+def pip_download(specs: Sequence[str], target: Path, *, deps: bool) -> None:
+    """``pip download`` of ``specs`` for CPython 3.11 on every manylinux tag (and pure
+    wheels), binary only, into ``target``; with ``deps``, their whole closure too."""
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
+    cmd += ["--python-version", "3.11", "-d", str(target)]
+    cmd += [] if deps else ["--no-deps"]
+    for platform in (*PLATFORMS, "any"):
+        cmd += ["--platform", platform]
+    subprocess.run([*cmd, *specs], check=True, capture_output=True, timeout=3600)
 
 
 def is_elf(data: bytes) -> bool:

@@ -13,8 +13,6 @@ the benchmarks.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.infra.build import (
@@ -25,7 +23,7 @@ from tests.infra.build import (
     file_lock,
     image_exists,
 )
-from tests.infra.corpus import PLATFORMS
+from tests.infra.corpus import pip_download
 from tests.infra.index import serve_index
 
 TORCH = "torch==2.14.1"
@@ -53,11 +51,7 @@ def torch_wheelhouse(version: str = "2.14.1") -> Path:
         if done.exists():
             return target
         target.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-        cmd += ["--python-version", "3.11", "-d", str(target)]
-        for platform in (*PLATFORMS, "any"):
-            cmd += ["--platform", platform]
-        subprocess.run([*cmd, f"torch=={version}"], check=True, capture_output=True, timeout=3600)
+        pip_download([f"torch=={version}"], target, deps=True)
         done.write_text("ok\n")
         return target
 

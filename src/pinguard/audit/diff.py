@@ -20,7 +20,16 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from pinguard.catalog.python import interpreter_path
-from pinguard.models import Cause, Change, ChangeKind, Distribution, Environment, Platform, Unmet
+from pinguard.models import (
+    Cause,
+    Change,
+    ChangeKind,
+    Distribution,
+    Environment,
+    Platform,
+    Snapshot,
+    Unmet,
+)
 from pinguard.target import REQUIREMENT_CACHE, cached_requirement, marker_environment
 
 MAX_CHAIN = 8
@@ -174,6 +183,26 @@ def diff_environments(
         if (u.package, u.requirement) not in unmet_before
     )
     return tuple(changes), unmet
+
+
+def diff_snapshots(
+    before: Snapshot, after: Snapshot, platform: Platform | None
+) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
+    """Changes and newly unmet requirements of every environment from one state to the next."""
+    changes: list[Change] = []
+    unmet: list[Unmet] = []
+    paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
+    for path in paths:
+        c, u = diff_environments(
+            before.environment(path),
+            after.environment(path),
+            platform=platform,
+            before_all=before.environments,
+            after_all=after.environments,
+        )
+        changes.extend(c)
+        unmet.extend(u)
+    return tuple(changes), tuple(unmet)
 
 
 def _direct_causes(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from pinguard.audit.diff import diff_environments
+from pinguard.audit.diff import diff_snapshots
 from pinguard.audit.hooks import POST_STATE, ImageFacts
 from pinguard.audit.replay import Replay, ReplayCache, replay_key
 from pinguard.audit.state import State
@@ -45,14 +45,12 @@ from pinguard.layers.cachestore import CacheSpec, LayerStore, VerifiedCache
 from pinguard.layers.chunked import LazyUnavailable, TocPosition, analyze_chunked
 from pinguard.models import (
     AuditResult,
-    Change,
     ImageInfo,
     Incomplete,
     LayerRead,
     Platform,
     Snapshot,
     Step,
-    Unmet,
 )
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 
@@ -519,25 +517,6 @@ def _layer_reads(
     return tuple(out.values())
 
 
-def _diff_snapshots(
-    before: Snapshot, after: Snapshot, platform: Platform | None
-) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
-    changes: list[Change] = []
-    unmet: list[Unmet] = []
-    paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
-    for path in paths:
-        c, u = diff_environments(
-            before.environment(path),
-            after.environment(path),
-            platform=platform,
-            before_all=before.environments,
-            after_all=after.environments,
-        )
-        changes.extend(c)
-        unmet.extend(u)
-    return tuple(changes), tuple(unmet)
-
-
 def build_result(
     resolved: ResolvedImage,
     analyses: dict[str, LayerAnalysis],
@@ -577,7 +556,7 @@ def build_result(
         for item in snap.incomplete:
             if not item.final_only:  # where nothing reaches: the final state says
                 incomplete.setdefault((item.what, item.why), item)
-        changes, unmet = _diff_snapshots(previous, snap, resolved.platform)
+        changes, unmet = diff_snapshots(previous, snap, resolved.platform)
         steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
         snapshots.append(snap)
         previous = snap
