@@ -238,12 +238,22 @@ def analyze_stream(
     """Stream one blob: verify it, walk its tar, keep what ``select`` asks for.
 
     The uncompressed tar (everything, including bytes after its end blocks) is hashed and
-    must match ``diff_id`` when one is given; ``limits`` bound the work (``LayerLimits``).
-    With ``prefetch`` three threads share the work: one fetches and hashes the blob, one
-    inflates it and hashes the tar (both in C, without the GIL), and this one walks."""
+    must match ``diff_id`` when one is given; that proves every byte the walk reads, so the
+    compressed bytes are then counted against ``size`` but not hashed again (without a
+    ``diff_id`` they must hash to ``digest``). ``limits`` bound the work (``LayerLimits``).
+    With ``prefetch`` three threads share the work: one fetches the blob (and hashes it when
+    it is the proof), one inflates it and hashes the tar (both in C, without the GIL), and
+    this one walks."""
     limits = limits or LayerLimits()
     expected_diff = Digest.parse(diff_id, f"layer {digest} diff_id") if diff_id else None
-    verifier = VerifyingReader(raw, digest, size, progress, prefetch=prefetch)
+    verifier = VerifyingReader(
+        raw,
+        digest,
+        size,
+        progress,
+        prefetch=prefetch,
+        hashed=expected_diff is None or digest is None,
+    )
     names = MemberNames()
     inflater: Ahead | None = None
     try:

@@ -207,7 +207,10 @@ class VerifyingReader:
         progress: Callable[[int], None] | None = None,
         *,
         prefetch: bool = False,
+        hashed: bool = True,
     ) -> None:
+        if not hashed and digest is None:
+            raise ValueError("an unhashed blob needs its declared digest (it is its name)")
         self._raw = raw
         self._digest = digest
         self._size = size
@@ -215,7 +218,7 @@ class VerifyingReader:
         algo = digest.split(":", 1)[0] if digest else "sha256"
         if algo not in {"sha256", "sha512"}:
             raise BlobVerificationError(f"unsupported digest algorithm in {digest!r}")
-        self._hash = hashlib.new(algo)
+        self._hash = hashlib.new(algo) if hashed else None
         self.count = 0
         self._pending = b""
         self._ahead: Ahead | None = None
@@ -236,7 +239,8 @@ class VerifyingReader:
             n = left if n < 0 else min(n, left)
         data = self._raw.read(n)
         if data:
-            self._hash.update(data)
+            if self._hash is not None:
+                self._hash.update(data)
             self.count += len(data)
             if self._size is not None and self.count > self._size:
                 raise BlobVerificationError(
@@ -271,16 +275,20 @@ class VerifyingReader:
             self._ahead.close()
 
     def finish(self) -> str:
-        """Drain what is left, then verify size and digest; return the computed digest."""
+        """Drain what is left, then verify size and digest; return the computed digest (the
+        declared one when the bytes were not hashed)."""
         while self.read(CHUNK):
             pass
         if self._thread is not None:
             self._thread.join()
-        got = f"{self._hash.name}:{self._hash.hexdigest()}"
         if self._size is not None and self.count != self._size:
             raise BlobVerificationError(
                 f"blob {self._digest}: read {self.count} bytes, expected {self._size}"
             )
+        if self._hash is None:
+            assert self._digest is not None
+            return self._digest
+        got = f"{self._hash.name}:{self._hash.hexdigest()}"
         if self._digest is not None and got != self._digest:
             raise BlobVerificationError(f"blob digest mismatch: expected {self._digest}, got {got}")
         return got
