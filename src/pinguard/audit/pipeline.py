@@ -16,16 +16,14 @@ draws anything.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_snapshots
 from pinguard.audit.hooks import POST_STATE, ImageFacts
@@ -53,6 +51,9 @@ from pinguard.models import (
     Step,
 )
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 
 class Progress(Protocol):
@@ -287,6 +288,10 @@ def _parallel(
     limits: LayerLimits,
     lazy: bool = False,
 ) -> dict[str, LayerAnalysis | str]:
+    # worker processes are imported here, not for every audit: a warm one starts none
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     out: dict[str, LayerAnalysis | str] = {}
     queue = ctx.SimpleQueue() if progress is not None else None

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-
 from pinguard.cli.common import (
     FAIL_ON,
     add_image_options,
@@ -17,7 +15,6 @@ from pinguard.cli.common import (
     write_output,
 )
 from pinguard.policy.load import load_run_policy
-from pinguard.report import table
 from pinguard.report.formats import FORMATS
 from pinguard.report.options import RenderOptions
 
@@ -66,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
     result = judge(run_audit(args, args.reference), args, policy)
     options = render_options(args, policy.pinned_packages)
     if args.format == "table" and not args.output:
+        from rich.console import Console
+
+        from pinguard.report import table
+
         console = Console() if sys.stdout.isatty() else Console(width=140)
         table.draw(result, console, options)
     else:

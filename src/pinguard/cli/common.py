@@ -10,17 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-
 from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.errors import IncompleteAudit, UsageError
 from pinguard.fileio import atomic_write
@@ -31,6 +20,9 @@ from pinguard.models import AuditResult, Platform, Severity
 from pinguard.sources.interface import LayerRef, SourceOptions
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
     from pinguard.policy.model import Policy
     from pinguard.repair.resolve import IndexOptions
 
@@ -263,6 +255,15 @@ class _RichProgress:
     """Draws one bar per layer on stderr, advancing as bytes flow, with rate and ETA."""
 
     def __init__(self, console: Console) -> None:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -340,8 +341,10 @@ def audit_options(args: argparse.Namespace) -> AuditOptions:
 
 def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
     options = audit_options(args)
-    err = Console(stderr=True)
-    if err.is_terminal:
+    if sys.stderr.isatty():  # progress bars only for a person watching (rich: imported then)
+        from rich.console import Console
+
+        err = Console(stderr=True)
         progress = _RichProgress(err)
         try:
             return audit_image(reference, options=options, progress=progress)
@@ -403,4 +406,6 @@ def write_output(path: str, text: str, what: str) -> None:
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(file=sys.stdout, soft_wrap=False)

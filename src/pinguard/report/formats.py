@@ -10,54 +10,83 @@ follows the ``Renderer`` protocol, and one entry here; the CLI offers every key 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from pinguard.buildfile.lint import LintFinding
 from pinguard.models import AuditResult
-from pinguard.report import compare, html, json, junit, lint, markdown, sarif, table
-from pinguard.report.lint import Errors, LintRenderer
 from pinguard.report.options import DEFAULT_OPTIONS, CompareRenderer, Renderer, RenderOptions
 
-
-def _cyclonedx(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
-    # imported when used: cyclonedx-python-lib is slow to import for every CLI start
-    from pinguard.report import cyclonedx
-
-    return cyclonedx.render(result, options)
+if TYPE_CHECKING:
+    from pinguard.audit.compare import Comparison, PlatformComparison
+    from pinguard.buildfile.lint import LintFinding
+    from pinguard.report.lint import Errors, LintRenderer
 
 
-def _spdx(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
-    from pinguard.report import spdx  # spdx-tools too (it loads the license list)
+def _on_use(module: str) -> Renderer:
+    """``pinguard.report.<module>.render``, imported when first called: an audit imports
+    the one renderer it prints with (rich for the table, cyclonedx-python-lib, spdx-tools and
+    its license list, the SARIF and JUnit writers are not paid for by every CLI start)."""
 
-    return spdx.render(result, options)
+    def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+        renderer: Renderer = importlib.import_module(f"pinguard.report.{module}").render
+        return renderer(result, options)
+
+    render.__name__ = f"{module}.render"
+    return render
 
 
 FORMATS: Mapping[str, Renderer] = {
-    "table": table.render,
-    "json": json.render,
-    "sarif": sarif.render,
-    "junit": junit.render,
-    "markdown": markdown.render,
-    "html": html.render,
-    "cyclonedx": _cyclonedx,
-    "spdx": _spdx,
+    "table": _on_use("table"),
+    "json": _on_use("json"),
+    "sarif": _on_use("sarif"),
+    "junit": _on_use("junit"),
+    "markdown": _on_use("markdown"),
+    "html": _on_use("html"),
+    "cyclonedx": _on_use("cyclonedx"),
+    "spdx": _on_use("spdx"),
 }
+
+
+def _compare_on_use(module: str, name: str) -> CompareRenderer:
+    """``pinguard.report.<module>.<name>``, a ``pinguard compare`` renderer, imported when
+    first called."""
+
+    def render(
+        cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
+    ) -> str:
+        renderer: CompareRenderer = getattr(
+            importlib.import_module(f"pinguard.report.{module}"), name
+        )
+        return renderer(cmp, options)
+
+    return render
 
 
 COMPARE_FORMATS: Mapping[str, CompareRenderer] = {
-    "table": compare.render_table,
-    "json": compare.render_json,
-    "markdown": compare.render_markdown,
-    "html": html.render_comparison,
-    "sarif": compare.render_sarif,
-    "junit": compare.render_junit,
+    "table": _compare_on_use("compare", "render_table"),
+    "json": _compare_on_use("compare", "render_json"),
+    "markdown": _compare_on_use("compare", "render_markdown"),
+    "html": _compare_on_use("html", "render_comparison"),
+    "sarif": _compare_on_use("compare", "render_sarif"),
+    "junit": _compare_on_use("compare", "render_junit"),
 }
 
 
+def _lint_on_use(name: str) -> LintRenderer:
+    """``pinguard.report.lint.<name>``, imported when first called."""
+
+    def render(findings: Sequence[LintFinding], errors: Errors = ()) -> str:
+        renderer: LintRenderer = getattr(importlib.import_module("pinguard.report.lint"), name)
+        return renderer(findings, errors)
+
+    return render
+
+
 LINT_FORMATS: Mapping[str, LintRenderer] = {
-    "table": lint.render_table,
-    "json": lint.render_json,
-    "sarif": lint.render_sarif,
+    "table": _lint_on_use("render_table"),
+    "json": _lint_on_use("render_json"),
+    "sarif": _lint_on_use("render_sarif"),
 }
 
 #: ``pinguard gate`` and ``pinguard guard``: their own table, or the audit JSON plus a verdict.
