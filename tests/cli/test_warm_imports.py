@@ -1,0 +1,75 @@
+"""What a warm audit imports: the modules it uses, not every renderer and the worker pool.
+
+A warm audit (the image's replay entry in the cache) spends most of its time starting
+Python and importing; the renderers of other formats, rich's progress bars and the process
+pool are imported only when they are used. Each case runs the real CLI in a fresh
+interpreter on a real image archive and lists ``sys.modules`` after it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pinguard.testing.demo import build_demo
+
+#: Modules a warm JSON audit must not import: rich (table and progress bars), the worker
+#: pool, and the renderers of the formats not asked for.
+NOT_WARM = (
+    "rich",
+    "multiprocessing",
+    "concurrent.futures.process",
+    "pinguard.report.table",
+    "pinguard.report.sarif",
+    "pinguard.report.html",
+    "pinguard.report.compare",
+    "pinguard.report.cyclonedx",
+    "jinja2",
+)
+
+_RUN = """
+import json, sys
+from pinguard.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def _audit(ref: str, cache: Path, fmt: str) -> tuple[int, set[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, "audit", ref, "--format", fmt, "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    got = json.loads(proc.stderr.strip().splitlines()[-1])
+    return int(got["code"]), set(got["modules"])
+
+
+def test_a_warm_json_audit_imports_neither_rich_nor_the_pool_nor_other_renderers(
+    tmp_path: Path,
+) -> None:
+    archive = tmp_path / "demo.tar"
+    build_demo(archive, tag="t")
+    ref = f"oci-archive:{archive}:t"
+    cache = tmp_path / "cache"
+    assert not cache.exists()
+    cold_code, _ = _audit(ref, cache, "json")
+    assert list(cache.glob("replay-*.json")), "the cold audit wrote no replay entry"
+    warm_code, warm = _audit(ref, cache, "json")
+    assert warm_code == cold_code
+    assert "pinguard.report.json" in warm
+    imported = sorted(m for m in warm if any(m == n or m.startswith(n + ".") for n in NOT_WARM))
+    assert imported == []
+
+
+def test_the_table_format_still_imports_its_renderer(tmp_path: Path) -> None:
+    """The other side: asking for the table brings rich and the table renderer in."""
+    archive = tmp_path / "demo.tar"
+    build_demo(archive, tag="t")
+    _, modules = _audit(f"oci-archive:{archive}:t", tmp_path / "cache", "table")
+    assert {"rich", "pinguard.report.table"} <= modules
+    assert "pinguard.report.sarif" not in modules
