@@ -54,6 +54,7 @@ from pinguard.layers.tar import (
     PartReader,
     Selector,
     StreamOpener,
+    _path,
     normalize,
 )
 
@@ -211,9 +212,9 @@ def _int(raw: dict[str, Any], key: str) -> int:
     return value
 
 
-def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
-    """The entries of an uncompressed TOC (JSON); chunks are kept with their file, to be
-    checked when it is read (``TocEntry.chunks``)."""
+def toc_entries(data: bytes) -> list[dict[str, Any]]:
+    """The raw entries of an uncompressed TOC (JSON), in order; each is checked as the walk
+    reaches it (``analyze_chunked``)."""
     try:
         doc = json.loads(data)
     except ValueError as exc:
@@ -223,41 +224,7 @@ def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
     raws = doc.get("entries")
     if not isinstance(raws, list):
         raise LazyUnavailable("its TOC has no entries list")
-    out: list[TocEntry] = []
-    chunks: list[dict[str, Any]] = []  # the raw entries of the last regular file
-    last_name: object = None
-    try:
-        for raw in raws:
-            kind = raw["type"]
-            if kind == "chunk":  # the common entry of a big layer: as little work as can be
-                if raw["name"] != last_name:
-                    raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
-                chunks.append(raw)
-                continue
-            name = raw["name"]
-            if kind not in _TYPES or not isinstance(name, str):
-                raise LazyUnavailable(f"its TOC has an entry of type {kind!r} named {name!r}")
-            size = raw.get("size", 0)
-            if type(size) is not int or size < 0:
-                raise LazyUnavailable(f"the TOC's size for {name!r} is not a size")
-            link = raw.get("linkName") or ""
-            digest = raw.get("digest")
-            chunks = [raw]
-            last_name = name if kind == "reg" else None
-            out.append(
-                TocEntry(
-                    kind,
-                    name,
-                    size,
-                    link if isinstance(link, str) else str(link),
-                    _hex(digest, name) if digest else "",
-                    chunks,
-                    toc_offset,
-                )
-            )
-    except (KeyError, TypeError) as exc:
-        raise LazyUnavailable(f"its TOC has an entry without {exc}") from None
-    return out
+    return raws
 
 
 def _b64(hexd: str) -> str:
@@ -407,6 +374,84 @@ def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) 
                 part.feed_at(lo, buf[lo - first : hi - first])
 
 
+def _walk(
+    raws: list[dict[str, Any]],
+    toc_offset: int,
+    select: Selector,
+    limits: LayerLimits,
+    result: LayerAnalysis,
+    names: MemberNames,
+) -> Iterator[tuple[TocEntry, str, int]]:
+    """Every TOC entry, checked, as the tar walk would see its member: its name noted,
+    whiteouts, links and the selected files recorded in ``result``; yields (entry, path,
+    flags) for each regular file an analyzer wants. A file nobody wants costs a name check
+    and a ``select``: no object is made for it, and its chunk entries are only counted
+    past (a big layer's TOC is mostly chunks of files nobody reads)."""
+    entry: TocEntry | None = None  # the last wanted regular file: its chunks follow it
+    last_name: object = None  # the last regular file's name, wanted or not
+    paths = names.paths
+    members = result.members
+    try:
+        for raw in raws:
+            kind = raw["type"]
+            if kind == "chunk":  # the common entry of a big layer: as little work as can be
+                if raw["name"] != last_name:
+                    raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
+                if entry is not None:
+                    entry.raw.append(raw)
+                continue
+            entry = None
+            name = raw["name"]
+            if kind not in _TYPES or not isinstance(name, str):
+                raise LazyUnavailable(f"its TOC has an entry of type {kind!r} named {name!r}")
+            size = raw.get("size", 0)
+            if type(size) is not int or size < 0:
+                raise LazyUnavailable(f"the TOC's size for {name!r} is not a size")
+            digest = raw.get("digest")
+            if digest and not (
+                type(digest) is str and len(digest) == 71 and digest.startswith("sha256:")
+            ):
+                _hex(digest, name)  # raises: not a sha256
+            members += 1
+            if not members % SPILL_CHECK:
+                names.spill()
+            # the TOC states each name as the tar header stores it: ``MemberNames.see``,
+            # inlined as the tar walk does for the usual member
+            path = _path(name[:-1] if kind == "dir" and name[-1:] == "/" else name)
+            paths.append(path)
+            if kind != "reg":
+                last_name = None
+                link = raw.get("linkName") or ""
+                if not isinstance(link, str):
+                    link = str(link)
+                hardlink = kind == "hardlink"
+                names.note(name, path, kind == "dir", link if hardlink else None, hardlink=hardlink)
+                if ".wh." in path or ((kind == "symlink" or hardlink) and select(path) & LINK):
+                    record_member(result, Member(path, _TYPES[kind], size, link))
+                continue
+            last_name = name
+            if len(path) != len(name) + 1 or "\\" in name or "\0" in name:
+                names.note(name, path, False, None)
+            if path[path.rfind("/") + 1 :].startswith(WHITEOUT):
+                record_member(result, Member(path, b"0", size, ""))
+                continue
+            want = select(path) & ~LINK
+            if not want:
+                continue
+            oversized = bool(want & CAPTURE) and size > limits.max_capture
+            if oversized:
+                want &= ~CAPTURE
+            hexd = digest[7:] if digest else ""
+            hashed = _b64(hexd) if want & HASH else None
+            record_member(result, Member(path, b"0", size, "", digest=hashed, oversized=oversized))
+            entry = TocEntry(kind, name, size, "", hexd, [raw], toc_offset)
+            yield entry, path, want
+    except (KeyError, TypeError) as exc:
+        raise LazyUnavailable(f"its TOC has an entry without {exc}") from None
+    finally:
+        result.members = members
+
+
 def analyze_chunked(
     fetch: Fetch,
     position: TocPosition,
@@ -435,46 +480,17 @@ def analyze_chunked(
     counts.requests += 1
     if "sha256:" + hashlib.sha256(compressed).hexdigest() != position.checksum:
         raise LazyUnavailable("its TOC does not match the manifest's TOC checksum")
-    entries = parse_toc(_inflate(compressed, position.uncompressed, "its TOC"), position.offset)
+    raws = toc_entries(_inflate(compressed, position.uncompressed, "its TOC"))
 
     result = LayerAnalysis(digest=digest)
-    names = MemberNames()
     captures: list[tuple[TocEntry, str, int]] = []  # (entry, path, flags)
     streams: list[TocEntry] = []
     parts: dict[str, tuple[TocEntry, PartReader]] = {}
+    names = MemberNames()
     try:
-        for entry in entries:
-            result.members += 1
-            if not result.members % SPILL_CHECK:
-                names.spill()
-            path = normalize(entry.name)
-            hardlink = entry.type == "hardlink"
-            names.see(  # the TOC states each name as the tar header stores it
-                entry.name,
-                path,
-                entry.type == "dir",
-                entry.linkname if hardlink else None,
-                hardlink=hardlink,
-            )
-            member = Member(path, _TYPES[entry.type], entry.size, entry.linkname)
-            if entry.type != "reg":
-                if ".wh." in path or (
-                    (entry.type == "symlink" or hardlink) and select(path) & LINK
-                ):
-                    record_member(result, member)
-                continue
-            if path[path.rfind("/") + 1 :].startswith(WHITEOUT):
-                record_member(result, member)
-                continue
-            want = select(path) & ~LINK
-            oversized = bool(want & CAPTURE) and entry.size > limits.max_capture
-            if oversized:
-                want &= ~CAPTURE
-            hashed = _b64(entry.digest) if want & HASH else None
-            counts.unread += hashed is not None
-            record_member(
-                result, Member(path, b"0", entry.size, "", digest=hashed, oversized=oversized)
-            )
+        for entry, path, want in _walk(raws, position.offset, select, limits, result, names):
+            if want & HASH:
+                counts.unread += 1
             if want & CAPTURE:
                 captures.append((entry, path, want))
             elif want & STREAM:
