@@ -233,12 +233,13 @@ def _b64(hexd: str) -> str:
     return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _inflate(data: bytes, size: int, what: str) -> bytes:
-    """The zstd frames ``data`` holds, which must inflate to exactly ``size`` bytes."""
+def _inflate(data: bytes, size: int, what: str, dctx: Any = None) -> bytes:
+    """The zstd frames ``data`` holds, which must inflate to exactly ``size`` bytes
+    (``dctx``: a ``ZstdDecompressor`` to reuse; a new one costs more than a small chunk)."""
     import zstandard  # here: the guard's zipapp ships without it and never reads lazily
 
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(
+        reader = (dctx or zstandard.ZstdDecompressor()).stream_reader(
             io.BytesIO(data), read_across_frames=True
         )
         out = reader.read(size + 1)
@@ -265,9 +266,12 @@ class _Reader:
     """Fetches and verifies chunks: merged ranges, bounded batches."""
 
     def __init__(self, fetch: Fetch, counts: _Counts, layer: str) -> None:
+        import zstandard  # as in ``_inflate``
+
         self._fetch = fetch
         self._counts = counts
         self._layer = layer
+        self._dctx = zstandard.ZstdDecompressor()
 
     def chunks(self, wanted: Sequence[tuple[str, Chunk]]) -> Iterator[tuple[str, Chunk, bytes]]:
         """Each (name, chunk) inflated and verified, in the order of the blob."""
@@ -305,7 +309,7 @@ class _Reader:
                 k = bisect.bisect_right(starts, c.start) - 1  # the span holding the chunk
                 raw = got[k][c.start - spans[k][0] : c.end - spans[k][0]]
                 what = f"the chunk of {name!r} at {c.at}"
-                data = _inflate(raw, c.size, what)
+                data = _inflate(raw, c.size, what, self._dctx)
                 if hashlib.sha256(data).hexdigest() != c.digest:
                     raise LazyUnavailable(f"{what} does not match its TOC digest")
                 self._counts.chunks += 1
