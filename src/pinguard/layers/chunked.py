@@ -11,11 +11,13 @@ descriptor's annotation ``io.github.containers.zstd-chunked.manifest-position`` 
 digest, authenticates the TOC.
 
 ``analyze_chunked`` fetches the TOC with one range read, checks it against the checksum,
-builds the member list the layer analysis needs from it (types, links, whiteouts, opaque
-directories, repeated paths), and reads only the chunks of the files the selector wants:
-whole files to CAPTURE or to STREAM to a consumer that cannot read parts, and, for a
-consumer that can (``PartReader``: ELF heads, program headers, dynamic sections and strings),
-only the chunks holding the parts it asks for, round after round for every such file at once.
+builds the member list the layer analysis needs from it in one walk over the parsed entries
+(types, links, whiteouts, opaque directories, repeated paths; a file no analyzer selects
+costs a name check and leaves no object behind, its chunk entries skipped), and reads only
+the chunks of the files the selector wants: whole files to CAPTURE or to STREAM to a
+consumer that cannot read parts, and, for a consumer that can (``PartReader``: ELF heads,
+program headers, dynamic sections and strings), only the chunks holding the parts it asks
+for, round after round for every such file at once.
 Close ranges are merged (``MERGE_GAP``) and fetched in batches of at most ``BATCH`` bytes.
 Every chunk read is inflated and checked against the TOC's sha256 of that chunk (a file
 stored without chunks: against the file's sha256), and every file read whole against the
@@ -140,8 +142,9 @@ class Chunk:
 
 @dataclass(slots=True)
 class TocEntry:
-    """One tar entry as the TOC states it. A regular file's chunks are parsed and checked
-    only when the file is read (``chunks``): most files of a layer never are."""
+    """One regular file an analyzer wants, as the TOC states it (``_walk`` makes no object
+    for the others: most files of a layer). Its chunks are checked only when the file is
+    read (``chunks``)."""
 
     type: str
     name: str
