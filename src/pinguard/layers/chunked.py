@@ -353,32 +353,52 @@ class _Reader:
 
 def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) -> None:
     """Every part reader's rounds, all files at once per round: the chunks holding what
-    each asks for are fetched (each verified) and handed in."""
+    each asks for are fetched (each verified) and handed in. A file's verified chunks are
+    kept until it is done, so what it asks for next inside chunks already read is handed in
+    at once, without fetching them again or waiting for a round: a small library is one
+    chunk, and its program headers, dynamic section and strings come with its ELF header."""
+    held: dict[str, dict[int, bytes]] = {name: {} for name in parts}  # chunk offset -> bytes
     last: dict[str, list[tuple[int, int]]] = {}
-    while True:
+    active = list(parts)
+    while active:
         wanted: list[tuple[str, Chunk]] = []
-        asks: dict[str, list[tuple[int, int]]] = {}
-        for name, (entry, part) in parts.items():
-            gaps = part.gaps()
-            if not gaps or gaps == last.get(name):
-                continue  # done, or asking again for what it was given: its close() says
-            asks[name] = gaps
-            for lo, hi in gaps:
-                wanted.extend((name, c) for c in entry.chunks(lo, hi))
+        asks: dict[str, list[list[Chunk]]] = {}
+        for name in active:
+            entry, part = parts[name]
+            have = held[name]
+            while True:
+                gaps = part.gaps()
+                if not gaps or gaps == last.get(name):
+                    have.clear()  # done, or asking again for what it was given: its close() says
+                    break
+                last[name] = gaps
+                need = [entry.chunks(lo, hi) for lo, hi in gaps]
+                missing = {c.at: c for cs in need for c in cs if c.at not in have}
+                if missing:
+                    wanted.extend((name, c) for c in missing.values())
+                    asks[name] = need
+                    break
+                _feed(part, have, gaps, need)
         if not wanted:
             return
-        last = asks
-        got: dict[str, list[tuple[int, bytes]]] = {}
         for name, c, data in reader.chunks(wanted):
-            got.setdefault(name, []).append((c.at, data))
-        for name, pieces in got.items():
-            pieces.sort()
-            part = parts[name][1]
-            for lo, hi in asks[name]:
-                # the contiguous bytes [lo, hi) from the chunks fetched for them
-                buf = b"".join(d for at, d in pieces if at < hi and lo < at + len(d))
-                first = next(at for at, d in pieces if at < hi and lo < at + len(d))
-                part.feed_at(lo, buf[lo - first : hi - first])
+            held[name][c.at] = data
+        for name, need in asks.items():
+            _feed(parts[name][1], held[name], last[name], need)
+        active = list(asks)
+
+
+def _feed(
+    part: PartReader,
+    have: dict[int, bytes],
+    gaps: list[tuple[int, int]],
+    need: list[list[Chunk]],
+) -> None:
+    """Hand ``part`` the bytes of each of its ``gaps`` from the verified chunks that tile it."""
+    for (lo, hi), chunks in zip(gaps, need, strict=True):
+        first = chunks[0].at
+        buf = b"".join(have[c.at] for c in chunks)
+        part.feed_at(lo, buf[lo - first : hi - first])
 
 
 def _walk(
