@@ -318,15 +318,13 @@ class _Reader:
                 self._counts.chunks += 1
                 yield name, c, data
 
-    def files(self, entries: Sequence[TocEntry]) -> dict[str, bytes]:
-        """Several files whole, fetched together, each checked against its digest."""
-        by_name = {e.name: e for e in entries}
-        pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in by_name}
-        wanted = [(e.name, c) for e in by_name.values() for c in e.chunks()]
-        for name, c, data in self.chunks(wanted):
-            pieces[name].append((c.at, data))
+    def joined(
+        self, entries: dict[str, TocEntry], pieces: dict[str, list[tuple[int, bytes]]]
+    ) -> dict[str, bytes]:
+        """Files read whole, by name, from their verified chunks (offset, bytes), each
+        checked against its digest."""
         out: dict[str, bytes] = {}
-        for name, entry in by_name.items():
+        for name, entry in entries.items():
             data = b"".join(d for _at, d in sorted(pieces[name]))
             if len(data) != entry.size or hashlib.sha256(data).hexdigest() != (
                 entry.digest or hashlib.sha256().hexdigest()
@@ -351,17 +349,26 @@ class _Reader:
         self._counts.whole += 1
 
 
-def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) -> None:
+def _read_parts(
+    reader: _Reader,
+    parts: dict[str, tuple[TocEntry, PartReader]],
+    whole: Sequence[TocEntry] = (),
+) -> dict[str, bytes]:
     """Every part reader's rounds, all files at once per round: the chunks holding what
     each asks for are fetched (each verified) and handed in. A file's verified chunks are
-    kept until it is done, so what it asks for next inside chunks already read is handed in
-    at once, without fetching them again or waiting for a round: a small library is one
-    chunk, and its program headers, dynamic section and strings come with its ELF header."""
+    kept until it is done, so what it asks for next inside them is handed in at once,
+    without fetching them again or waiting for a round: a small library is one chunk, and
+    its program headers, dynamic section and strings come with its ELF header. The files
+    in ``whole`` are fetched with the first round (one wait fewer) and returned by name,
+    each checked against its digest."""
+    entries = {e.name: e for e in whole}
+    pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in entries}
+    first = [(e.name, c) for e in entries.values() for c in e.chunks()]
     held: dict[str, dict[int, bytes]] = {name: {} for name in parts}  # chunk offset -> bytes
     last: dict[str, list[tuple[int, int]]] = {}
     active = list(parts)
-    while active:
-        wanted: list[tuple[str, Chunk]] = []
+    while True:
+        wanted, first = first, []
         asks: dict[str, list[list[Chunk]]] = {}
         for name in active:
             entry, part = parts[name]
@@ -380,9 +387,12 @@ def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) 
                     break
                 _feed(part, have, gaps, need)
         if not wanted:
-            return
+            return reader.joined(entries, pieces)
         for name, c, data in reader.chunks(wanted):
-            held[name][c.at] = data
+            if name in pieces:
+                pieces[name].append((c.at, data))
+            else:
+                held[name][c.at] = data
         for name, need in asks.items():
             _feed(parts[name][1], held[name], last[name], need)
         active = list(asks)
@@ -533,7 +543,11 @@ def analyze_chunked(
         names.close()
     small = [e for e in streams if e.size <= SMALL]
     streams = [e for e in streams if e.size > SMALL]
-    held = reader.files([e for e, _p, _w in captures] + small)
+    held = _read_parts(
+        reader,
+        {e.name: (e, p) for e, p in parts.values()},
+        [e for e, _p, _w in captures] + small,
+    )
     for entry, path, want in captures:
         data = held[entry.name]
         result.files[path] = data
@@ -543,7 +557,6 @@ def analyze_chunked(
         _consume(open_stream, normalize(entry.name), held[entry.name], result)
     for entry in streams:
         _stream_whole(reader, entry, open_stream, result)
-    _read_parts(reader, {e.name: (e, p) for e, p in parts.values()})
     for path, (_entry, part) in parts.items():
         result.streamed[path] = part.close()
         counts.parts += 1
