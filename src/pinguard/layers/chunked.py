@@ -11,11 +11,13 @@ descriptor's annotation ``io.github.containers.zstd-chunked.manifest-position`` 
 digest, authenticates the TOC.
 
 ``analyze_chunked`` fetches the TOC with one range read, checks it against the checksum,
-builds the member list the layer analysis needs from it (types, links, whiteouts, opaque
-directories, repeated paths), and reads only the chunks of the files the selector wants:
-whole files to CAPTURE or to STREAM to a consumer that cannot read parts, and, for a
-consumer that can (``PartReader``: ELF heads, program headers, dynamic sections and strings),
-only the chunks holding the parts it asks for, round after round for every such file at once.
+builds the member list the layer analysis needs from it in one walk over the parsed entries
+(types, links, whiteouts, opaque directories, repeated paths; a file no analyzer selects
+costs a name check and leaves no object behind, its chunk entries skipped), and reads only
+the chunks of the files the selector wants: whole files to CAPTURE or to STREAM to a
+consumer that cannot read parts, and, for a consumer that can (``PartReader``: ELF heads,
+program headers, dynamic sections and strings), only the chunks holding the parts it asks
+for, round after round for every such file at once.
 Close ranges are merged (``MERGE_GAP``) and fetched in batches of at most ``BATCH`` bytes.
 Every chunk read is inflated and checked against the TOC's sha256 of that chunk (a file
 stored without chunks: against the file's sha256), and every file read whole against the
@@ -54,6 +56,7 @@ from pinguard.layers.tar import (
     PartReader,
     Selector,
     StreamOpener,
+    _path,
     normalize,
 )
 
@@ -139,8 +142,9 @@ class Chunk:
 
 @dataclass(slots=True)
 class TocEntry:
-    """One tar entry as the TOC states it. A regular file's chunks are parsed and checked
-    only when the file is read (``chunks``): most files of a layer never are."""
+    """One regular file an analyzer wants, as the TOC states it (``_walk`` makes no object
+    for the others: most files of a layer). Its chunks are checked only when the file is
+    read (``chunks``)."""
 
     type: str
     name: str
@@ -211,9 +215,9 @@ def _int(raw: dict[str, Any], key: str) -> int:
     return value
 
 
-def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
-    """The entries of an uncompressed TOC (JSON); chunks are kept with their file, to be
-    checked when it is read (``TocEntry.chunks``)."""
+def toc_entries(data: bytes) -> list[dict[str, Any]]:
+    """The raw entries of an uncompressed TOC (JSON), in order; each is checked as the walk
+    reaches it (``analyze_chunked``)."""
     try:
         doc = json.loads(data)
     except ValueError as exc:
@@ -223,41 +227,7 @@ def parse_toc(data: bytes, toc_offset: int) -> list[TocEntry]:
     raws = doc.get("entries")
     if not isinstance(raws, list):
         raise LazyUnavailable("its TOC has no entries list")
-    out: list[TocEntry] = []
-    chunks: list[dict[str, Any]] = []  # the raw entries of the last regular file
-    last_name: object = None
-    try:
-        for raw in raws:
-            kind = raw["type"]
-            if kind == "chunk":  # the common entry of a big layer: as little work as can be
-                if raw["name"] != last_name:
-                    raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
-                chunks.append(raw)
-                continue
-            name = raw["name"]
-            if kind not in _TYPES or not isinstance(name, str):
-                raise LazyUnavailable(f"its TOC has an entry of type {kind!r} named {name!r}")
-            size = raw.get("size", 0)
-            if type(size) is not int or size < 0:
-                raise LazyUnavailable(f"the TOC's size for {name!r} is not a size")
-            link = raw.get("linkName") or ""
-            digest = raw.get("digest")
-            chunks = [raw]
-            last_name = name if kind == "reg" else None
-            out.append(
-                TocEntry(
-                    kind,
-                    name,
-                    size,
-                    link if isinstance(link, str) else str(link),
-                    _hex(digest, name) if digest else "",
-                    chunks,
-                    toc_offset,
-                )
-            )
-    except (KeyError, TypeError) as exc:
-        raise LazyUnavailable(f"its TOC has an entry without {exc}") from None
-    return out
+    return raws
 
 
 def _b64(hexd: str) -> str:
@@ -266,12 +236,13 @@ def _b64(hexd: str) -> str:
     return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _inflate(data: bytes, size: int, what: str) -> bytes:
-    """The zstd frames ``data`` holds, which must inflate to exactly ``size`` bytes."""
+def _inflate(data: bytes, size: int, what: str, dctx: Any = None) -> bytes:
+    """The zstd frames ``data`` holds, which must inflate to exactly ``size`` bytes
+    (``dctx``: a ``ZstdDecompressor`` to reuse; a new one costs more than a small chunk)."""
     import zstandard  # here: the guard's zipapp ships without it and never reads lazily
 
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(
+        reader = (dctx or zstandard.ZstdDecompressor()).stream_reader(
             io.BytesIO(data), read_across_frames=True
         )
         out = reader.read(size + 1)
@@ -298,9 +269,12 @@ class _Reader:
     """Fetches and verifies chunks: merged ranges, bounded batches."""
 
     def __init__(self, fetch: Fetch, counts: _Counts, layer: str) -> None:
+        import zstandard  # as in ``_inflate``
+
         self._fetch = fetch
         self._counts = counts
         self._layer = layer
+        self._dctx = zstandard.ZstdDecompressor()
 
     def chunks(self, wanted: Sequence[tuple[str, Chunk]]) -> Iterator[tuple[str, Chunk, bytes]]:
         """Each (name, chunk) inflated and verified, in the order of the blob."""
@@ -338,21 +312,19 @@ class _Reader:
                 k = bisect.bisect_right(starts, c.start) - 1  # the span holding the chunk
                 raw = got[k][c.start - spans[k][0] : c.end - spans[k][0]]
                 what = f"the chunk of {name!r} at {c.at}"
-                data = _inflate(raw, c.size, what)
+                data = _inflate(raw, c.size, what, self._dctx)
                 if hashlib.sha256(data).hexdigest() != c.digest:
                     raise LazyUnavailable(f"{what} does not match its TOC digest")
                 self._counts.chunks += 1
                 yield name, c, data
 
-    def files(self, entries: Sequence[TocEntry]) -> dict[str, bytes]:
-        """Several files whole, fetched together, each checked against its digest."""
-        by_name = {e.name: e for e in entries}
-        pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in by_name}
-        wanted = [(e.name, c) for e in by_name.values() for c in e.chunks()]
-        for name, c, data in self.chunks(wanted):
-            pieces[name].append((c.at, data))
+    def joined(
+        self, entries: dict[str, TocEntry], pieces: dict[str, list[tuple[int, bytes]]]
+    ) -> dict[str, bytes]:
+        """Files read whole, by name, from their verified chunks (offset, bytes), each
+        checked against its digest."""
         out: dict[str, bytes] = {}
-        for name, entry in by_name.items():
+        for name, entry in entries.items():
             data = b"".join(d for _at, d in sorted(pieces[name]))
             if len(data) != entry.size or hashlib.sha256(data).hexdigest() != (
                 entry.digest or hashlib.sha256().hexdigest()
@@ -377,34 +349,144 @@ class _Reader:
         self._counts.whole += 1
 
 
-def _read_parts(reader: _Reader, parts: dict[str, tuple[TocEntry, PartReader]]) -> None:
+def _read_parts(
+    reader: _Reader,
+    parts: dict[str, tuple[TocEntry, PartReader]],
+    whole: Sequence[TocEntry] = (),
+) -> dict[str, bytes]:
     """Every part reader's rounds, all files at once per round: the chunks holding what
-    each asks for are fetched (each verified) and handed in."""
+    each asks for are fetched (each verified) and handed in. A file's verified chunks are
+    kept until it is done, so what it asks for next inside them is handed in at once,
+    without fetching them again or waiting for a round: a small library is one chunk, and
+    its program headers, dynamic section and strings come with its ELF header. The files
+    in ``whole`` are fetched with the first round (one wait fewer) and returned by name,
+    each checked against its digest."""
+    entries = {e.name: e for e in whole}
+    pieces: dict[str, list[tuple[int, bytes]]] = {name: [] for name in entries}
+    first = [(e.name, c) for e in entries.values() for c in e.chunks()]
+    held: dict[str, dict[int, bytes]] = {name: {} for name in parts}  # chunk offset -> bytes
     last: dict[str, list[tuple[int, int]]] = {}
+    active = list(parts)
     while True:
-        wanted: list[tuple[str, Chunk]] = []
-        asks: dict[str, list[tuple[int, int]]] = {}
-        for name, (entry, part) in parts.items():
-            gaps = part.gaps()
-            if not gaps or gaps == last.get(name):
-                continue  # done, or asking again for what it was given: its close() says
-            asks[name] = gaps
-            for lo, hi in gaps:
-                wanted.extend((name, c) for c in entry.chunks(lo, hi))
+        wanted, first = first, []
+        asks: dict[str, list[list[Chunk]]] = {}
+        for name in active:
+            entry, part = parts[name]
+            have = held[name]
+            while True:
+                gaps = part.gaps()
+                if not gaps or gaps == last.get(name):
+                    have.clear()  # done, or asking again for what it was given: its close() says
+                    break
+                last[name] = gaps
+                need = [entry.chunks(lo, hi) for lo, hi in gaps]
+                missing = {c.at: c for cs in need for c in cs if c.at not in have}
+                if missing:
+                    wanted.extend((name, c) for c in missing.values())
+                    asks[name] = need
+                    break
+                _feed(part, have, gaps, need)
         if not wanted:
-            return
-        last = asks
-        got: dict[str, list[tuple[int, bytes]]] = {}
+            return reader.joined(entries, pieces)
         for name, c, data in reader.chunks(wanted):
-            got.setdefault(name, []).append((c.at, data))
-        for name, pieces in got.items():
-            pieces.sort()
-            part = parts[name][1]
-            for lo, hi in asks[name]:
-                # the contiguous bytes [lo, hi) from the chunks fetched for them
-                buf = b"".join(d for at, d in pieces if at < hi and lo < at + len(d))
-                first = next(at for at, d in pieces if at < hi and lo < at + len(d))
-                part.feed_at(lo, buf[lo - first : hi - first])
+            if name in pieces:
+                pieces[name].append((c.at, data))
+            else:
+                held[name][c.at] = data
+        for name, need in asks.items():
+            _feed(parts[name][1], held[name], last[name], need)
+        active = list(asks)
+
+
+def _feed(
+    part: PartReader,
+    have: dict[int, bytes],
+    gaps: list[tuple[int, int]],
+    need: list[list[Chunk]],
+) -> None:
+    """Hand ``part`` the bytes of each of its ``gaps`` from the verified chunks that tile it."""
+    for (lo, hi), chunks in zip(gaps, need, strict=True):
+        first = chunks[0].at
+        buf = b"".join(have[c.at] for c in chunks)
+        part.feed_at(lo, buf[lo - first : hi - first])
+
+
+def _walk(
+    raws: list[dict[str, Any]],
+    toc_offset: int,
+    select: Selector,
+    limits: LayerLimits,
+    result: LayerAnalysis,
+    names: MemberNames,
+) -> Iterator[tuple[TocEntry, str, int]]:
+    """Every TOC entry, checked, as the tar walk would see its member: its name noted,
+    whiteouts, links and the selected files recorded in ``result``; yields (entry, path,
+    flags) for each regular file an analyzer wants. A file nobody wants costs a name check
+    and a ``select``: no object is made for it, and its chunk entries are only counted
+    past (a big layer's TOC is mostly chunks of files nobody reads)."""
+    entry: TocEntry | None = None  # the last wanted regular file: its chunks follow it
+    last_name: object = None  # the last regular file's name, wanted or not
+    paths = names.paths
+    members = result.members
+    try:
+        for raw in raws:
+            kind = raw["type"]
+            if kind == "chunk":  # the common entry of a big layer: as little work as can be
+                if raw["name"] != last_name:
+                    raise LazyUnavailable(f"a TOC chunk of {raw['name']!r} follows no file of it")
+                if entry is not None:
+                    entry.raw.append(raw)
+                continue
+            entry = None
+            name = raw["name"]
+            if kind not in _TYPES or not isinstance(name, str):
+                raise LazyUnavailable(f"its TOC has an entry of type {kind!r} named {name!r}")
+            size = raw.get("size", 0)
+            if type(size) is not int or size < 0:
+                raise LazyUnavailable(f"the TOC's size for {name!r} is not a size")
+            digest = raw.get("digest")
+            if digest and not (
+                type(digest) is str and len(digest) == 71 and digest.startswith("sha256:")
+            ):
+                _hex(digest, name)  # raises: not a sha256
+            members += 1
+            if not members % SPILL_CHECK:
+                names.spill()
+            # the TOC states each name as the tar header stores it: ``MemberNames.see``,
+            # inlined as the tar walk does for the usual member
+            path = _path(name[:-1] if kind == "dir" and name[-1:] == "/" else name)
+            paths.append(path)
+            if kind != "reg":
+                last_name = None
+                link = raw.get("linkName") or ""
+                if not isinstance(link, str):
+                    link = str(link)
+                hardlink = kind == "hardlink"
+                names.note(name, path, kind == "dir", link if hardlink else None, hardlink=hardlink)
+                if ".wh." in path or ((kind == "symlink" or hardlink) and select(path) & LINK):
+                    record_member(result, Member(path, _TYPES[kind], size, link))
+                continue
+            last_name = name
+            if len(path) != len(name) + 1 or "\\" in name or "\0" in name:
+                names.note(name, path, False, None)
+            if path[path.rfind("/") + 1 :].startswith(WHITEOUT):
+                record_member(result, Member(path, b"0", size, ""))
+                continue
+            want = select(path) & ~LINK
+            if not want:
+                continue
+            oversized = bool(want & CAPTURE) and size > limits.max_capture
+            if oversized:
+                want &= ~CAPTURE
+            hexd = digest[7:] if digest else ""
+            hashed = _b64(hexd) if want & HASH else None
+            record_member(result, Member(path, b"0", size, "", digest=hashed, oversized=oversized))
+            entry = TocEntry(kind, name, size, "", hexd, [raw], toc_offset)
+            yield entry, path, want
+    except (KeyError, TypeError) as exc:
+        raise LazyUnavailable(f"its TOC has an entry without {exc}") from None
+    finally:
+        result.members = members
 
 
 def analyze_chunked(
@@ -435,46 +517,17 @@ def analyze_chunked(
     counts.requests += 1
     if "sha256:" + hashlib.sha256(compressed).hexdigest() != position.checksum:
         raise LazyUnavailable("its TOC does not match the manifest's TOC checksum")
-    entries = parse_toc(_inflate(compressed, position.uncompressed, "its TOC"), position.offset)
+    raws = toc_entries(_inflate(compressed, position.uncompressed, "its TOC"))
 
     result = LayerAnalysis(digest=digest)
-    names = MemberNames()
     captures: list[tuple[TocEntry, str, int]] = []  # (entry, path, flags)
     streams: list[TocEntry] = []
     parts: dict[str, tuple[TocEntry, PartReader]] = {}
+    names = MemberNames()
     try:
-        for entry in entries:
-            result.members += 1
-            if not result.members % SPILL_CHECK:
-                names.spill()
-            path = normalize(entry.name)
-            hardlink = entry.type == "hardlink"
-            names.see(  # the TOC states each name as the tar header stores it
-                entry.name,
-                path,
-                entry.type == "dir",
-                entry.linkname if hardlink else None,
-                hardlink=hardlink,
-            )
-            member = Member(path, _TYPES[entry.type], entry.size, entry.linkname)
-            if entry.type != "reg":
-                if ".wh." in path or (
-                    (entry.type == "symlink" or hardlink) and select(path) & LINK
-                ):
-                    record_member(result, member)
-                continue
-            if path[path.rfind("/") + 1 :].startswith(WHITEOUT):
-                record_member(result, member)
-                continue
-            want = select(path) & ~LINK
-            oversized = bool(want & CAPTURE) and entry.size > limits.max_capture
-            if oversized:
-                want &= ~CAPTURE
-            hashed = _b64(entry.digest) if want & HASH else None
-            counts.unread += hashed is not None
-            record_member(
-                result, Member(path, b"0", entry.size, "", digest=hashed, oversized=oversized)
-            )
+        for entry, path, want in _walk(raws, position.offset, select, limits, result, names):
+            if want & HASH:
+                counts.unread += 1
             if want & CAPTURE:
                 captures.append((entry, path, want))
             elif want & STREAM:
@@ -490,7 +543,11 @@ def analyze_chunked(
         names.close()
     small = [e for e in streams if e.size <= SMALL]
     streams = [e for e in streams if e.size > SMALL]
-    held = reader.files([e for e, _p, _w in captures] + small)
+    held = _read_parts(
+        reader,
+        {e.name: (e, p) for e, p in parts.values()},
+        [e for e, _p, _w in captures] + small,
+    )
     for entry, path, want in captures:
         data = held[entry.name]
         result.files[path] = data
@@ -500,7 +557,6 @@ def analyze_chunked(
         _consume(open_stream, normalize(entry.name), held[entry.name], result)
     for entry in streams:
         _stream_whole(reader, entry, open_stream, result)
-    _read_parts(reader, {e.name: (e, p) for e, p in parts.values()})
     for path, (_entry, part) in parts.items():
         result.streamed[path] = part.close()
         counts.parts += 1
