@@ -16,7 +16,7 @@ from pathlib import Path
 from pinguard.testing.demo import build_demo
 
 #: Modules a warm JSON audit must not import: rich (table and progress bars), the worker
-#: pool, and the renderers of the formats not asked for.
+#: pool, the renderers of the formats not asked for, and what only reading a layer needs.
 NOT_WARM = (
     "rich",
     "multiprocessing",
@@ -27,6 +27,8 @@ NOT_WARM = (
     "pinguard.report.compare",
     "pinguard.report.cyclonedx",
     "jinja2",
+    "ctypes",  # glibc's malloc settings, for inflating
+    "packaging.metadata",  # METADATA parsing, for reading a layer
 )
 
 _RUN = """

@@ -31,7 +31,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 
 from pinguard.catalog.interface import (
@@ -368,6 +367,8 @@ def parse_distribution(
     if metadata is None:
         return None, [Incomplete(meta_dir, "no METADATA/PKG-INFO file")]
     text = _decode(meta_dir, metadata, problems)
+    from packaging.metadata import parse_email  # with email.*: only when METADATA is read
+
     try:
         raw, unparsed = parse_email(text)
     except Exception as exc:

@@ -17,7 +17,6 @@ handing each back to the kernel (which then faults in and zeroes fresh pages for
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import queue
 import struct
@@ -72,6 +71,8 @@ def keep_chunk_memory() -> bool:
     (another C library, no ``mallopt``) nothing changes."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # here: an audit that reads no layer (a warm one) never loads it
+
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
