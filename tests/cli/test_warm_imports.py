@@ -29,6 +29,7 @@ NOT_WARM = (
     "jinja2",
     "ctypes",  # glibc's malloc settings, for inflating
     "packaging.metadata",  # METADATA parsing, for reading a layer
+    "tomlkit",  # policy files: none in the directory the audit runs in
 )
 
 _RUN = """
@@ -46,6 +47,7 @@ def _audit(ref: str, cache: Path, fmt: str) -> tuple[int, set[str]]:
         text=True,
         timeout=300,
         check=False,
+        cwd=cache.parent,  # no policy file to discover there
     )
     got = json.loads(proc.stderr.strip().splitlines()[-1])
     return int(got["code"]), set(got["modules"])

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, TypeVar
 
-import tomlkit
-import tomlkit.exceptions
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -352,6 +350,9 @@ class _Reader:
 
 def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[PolicyProblem]]:
     """Parse one file's text into a layer; ``prefix`` None means pinguard.toml syntax."""
+    import tomlkit  # here: the built-in default policy (no file) needs no TOML parser
+    import tomlkit.exceptions
+
     try:
         doc = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as exc:
@@ -631,6 +632,9 @@ def parse_policy(text: str, file: str = "<string>") -> Policy:
 
 
 def _has_tool_table(path: Path) -> bool:
+    import tomlkit
+    import tomlkit.exceptions
+
     try:
         doc = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
     except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError):
