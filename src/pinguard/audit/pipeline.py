@@ -55,6 +55,9 @@ from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, Sou
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
+#: Handed each layer's analysis (digest, analysis) as soon as it is ready.
+Ready = Callable[[str, LayerAnalysis], None]
+
 
 class Progress(Protocol):
     """What the audit tells whoever draws progress (the CLI)."""
@@ -287,6 +290,7 @@ def _parallel(
     cache: LayerStore | None,
     limits: LayerLimits,
     lazy: bool = False,
+    ready: Ready | None = None,
 ) -> dict[str, LayerAnalysis | str]:
     # worker processes are imported here, not for every audit: a warm one starts none
     import multiprocessing
@@ -305,8 +309,7 @@ def _parallel(
     with ProcessPoolExecutor(
         max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(queue,)
     ) as pool:
-        # largest first, so a big layer never starts last while the other core sits idle
-        ordered = sorted(todo, key=lambda layer: -(layer.size or 0))
+        ordered = _submit_order(todo, jobs)
         pending: dict[Future[LayerAnalysis | str], LayerRef] = {
             pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
             for layer in ordered
@@ -318,13 +321,26 @@ def _parallel(
                 drain()
                 for fut in finished:
                     layer = pending.pop(fut)
-                    out[layer.digest] = fut.result()
+                    got = out[layer.digest] = fut.result()
                     if progress is not None:
                         progress.done(layer)
+                    if ready is not None and isinstance(got, LayerAnalysis):
+                        ready(layer.digest, got)  # replayed here while the workers go on
         except BaseException:
             _stop_workers(pool)
             raise
     return out
+
+
+def _submit_order(todo: Sequence[LayerRef], jobs: int) -> list[LayerRef]:
+    """The order layers go to the workers: in the image's order, so the parent can replay
+    the first layers while the later ones are read (``StepBuilder``), except that a layer
+    holding at least a worker's share of the bytes goes first (largest first), so a big
+    layer never starts last while the other cores sit idle."""
+    total = sum(layer.size or 0 for layer in todo)
+    big = [layer for layer in todo if (layer.size or 0) * jobs >= total > 0]
+    big.sort(key=lambda layer: -(layer.size or 0))
+    return big + [layer for layer in todo if layer not in big]
 
 
 def _sequential(
@@ -334,6 +350,7 @@ def _sequential(
     progress: Progress | None,
     limits: LayerLimits,
     cache: LayerStore | None = None,
+    ready: Ready | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Each layer in turn from the source's own blob iterator, cached as soon as it is
     analysed (an audit waiting for it need not wait for the rest)."""
@@ -348,6 +365,8 @@ def _sequential(
             cache.put(out[layer.digest])
         if progress is not None:
             progress.done(layer)
+        if ready is not None:
+            ready(layer.digest, out[layer.digest])
     missing = wanted - set(out)
     if missing:
         raise SourceError(
@@ -363,16 +382,20 @@ def _fresh(
     options: AuditOptions,
     progress: Progress | None,
     cache: LayerStore | None,
+    ready: Ready | None = None,
 ) -> dict[str, LayerAnalysis]:
-    """Stream and analyse ``todo`` (in worker processes when it pays), caching each."""
+    """Stream and analyse ``todo`` (in worker processes when it pays), caching each and
+    handing each to ``ready`` as it is done."""
     jobs = options.jobs or (os.cpu_count() or 1)
     if not todo:
         return {}
     if source.parallel_safe and len(todo) > 1 and jobs > 1:
         jobs = min(jobs, len(todo))
-        done = _parallel(source, todo, analyzers, jobs, progress, cache, options.limits)
+        done = _parallel(
+            source, todo, analyzers, jobs, progress, cache, options.limits, ready=ready
+        )
         return {k: v for k, v in done.items() if isinstance(v, LayerAnalysis)}
-    return _sequential(source, todo, analyzers, progress, options.limits, cache)
+    return _sequential(source, todo, analyzers, progress, options.limits, cache, ready)
 
 
 def load_layers(
@@ -381,9 +404,14 @@ def load_layers(
     options: AuditOptions,
     progress: Progress | None = None,
     notes: list[str] | None = None,
+    ready: Ready | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Analyses for every layer: from the cache where present, else streamed (and cached).
     What the cache reports (a shared cache unreachable, an entry refused) goes to ``notes``.
+    ``ready`` is handed each layer streamed here as soon as it is analysed and verified
+    (the parent replays it while the workers read the rest); the rest, and every layer
+    again, are handed over once all are checked, so ``ready`` sees every layer at least
+    once and must take repeats.
 
     A layer that is a directory on disk (``LayerRef.tree``) is walked in place and never
     cached: its digest names it but does not address its content."""
@@ -451,7 +479,7 @@ def load_layers(
     waiting = [layer for layer in todo if layer.digest in theirs]
     todo = [layer for layer in todo if layer.digest not in theirs]
     with shared.holding() if shared is not None else contextlib.nullcontext():
-        found.update(_fresh(source, todo, analyzers, options, progress, cache))
+        found.update(_fresh(source, todo, analyzers, options, progress, cache, ready))
         late = []
         for layer in waiting:
             hit = shared.wait(layer.digest) if shared is not None else None
@@ -461,7 +489,7 @@ def load_layers(
             found[layer.digest] = hit
             if progress is not None:
                 progress.done(layer)
-        found.update(_fresh(source, late, analyzers, options, progress, cache))
+        found.update(_fresh(source, late, analyzers, options, progress, cache, ready))
     for digest, reason in fallbacks.items():
         found[digest].lazy = {"fallback": reason}  # read in full: why, for the report
     if cache is not None and notes is not None:
@@ -476,6 +504,9 @@ def load_layers(
                 f"layer {layer.digest}: its uncompressed tar is {analysis.diff_id or 'unknown'}, "
                 f"but the image config's diff_id is {layer.diff_id}"
             )
+    if ready is not None:
+        for digest, analysis in found.items():
+            ready(digest, analysis)
     return found
 
 
@@ -522,25 +553,48 @@ def _layer_reads(
     return tuple(out.values())
 
 
-def build_result(
-    resolved: ResolvedImage,
-    analyses: dict[str, LayerAnalysis],
-    analyzers: Analyzers | None = None,
-) -> AuditResult:
-    """Replay the analyses through the image history into steps, snapshots and diffs."""
-    entries, notes = _history_steps(resolved)
-    state = State(analyzers)
-    image_facts = ImageFacts.of(resolved)
-    previous = Snapshot()
-    steps: list[Step] = []
-    snapshots: list[Snapshot] = []
-    incomplete: dict[tuple[str, str], Incomplete] = {}
-    for index, created_by, comment, layer in entries:
+class StepBuilder:
+    """Replays layer analyses through the image history into steps, snapshots and diffs, a
+    step at a time: each analysis is handed in when it exists (``add``), in any order, and
+    the history is replayed as far as the analyses handed in so far reach. The pipeline
+    feeds it as the worker processes return layers, so the replay of the first layers runs
+    while the last ones are still being read; ``result`` finishes it."""
+
+    def __init__(self, resolved: ResolvedImage, analyzers: Analyzers | None = None) -> None:
+        self._resolved = resolved
+        self._entries, self._notes = _history_steps(resolved)
+        self._next = 0  # the first history entry not replayed yet
+        self._analyses: dict[str, LayerAnalysis] = {}
+        self._state = State(analyzers)
+        self._image_facts = ImageFacts.of(resolved)
+        self._previous = Snapshot()
+        self._steps: list[Step] = []
+        self._snapshots: list[Snapshot] = []
+        self._incomplete: dict[tuple[str, str], Incomplete] = {}
+
+    def add(self, digest: str, analysis: LayerAnalysis) -> None:
+        """One layer's analysis; replays every step it completes the prefix of."""
+        self._analyses.setdefault(digest, analysis)
+        self._advance()
+
+    def _advance(self) -> None:
+        entries = self._entries
+        while self._next < len(entries):
+            index, created_by, comment, layer = entries[self._next]
+            if layer is not None and layer.digest not in self._analyses:
+                return
+            self._step(index, created_by, comment, layer)
+            self._next += 1
+
+    def _step(self, index: int, created_by: str, comment: str, layer: LayerRef | None) -> None:
+        incomplete = self._incomplete
+        previous = self._previous
         if layer is None:
-            steps.append(Step(index, created_by, None, comment=comment))
-            snapshots.append(previous)
-            continue
-        analysis = analyses[layer.digest]
+            self._steps.append(Step(index, created_by, None, comment=comment))
+            self._snapshots.append(previous)
+            return
+        state = self._state
+        analysis = self._analyses[layer.digest]
         for path, why in analysis.unreadable:
             incomplete.setdefault((path, why), Incomplete(path, why))
         for flag in analysis.name_flags:  # the layer is not what a conforming writer makes
@@ -557,35 +611,57 @@ def build_result(
             )
             incomplete.setdefault((what, why), Incomplete(what, why))
         for hook in POST_STATE:  # work over the whole state (the native loader, ...)
-            snap = hook(snap, previous, layer.digest, analysis.streamed, state, image_facts)
+            snap = hook(snap, previous, layer.digest, analysis.streamed, state, self._image_facts)
         for item in snap.incomplete:
             if not item.final_only:  # where nothing reaches: the final state says
                 incomplete.setdefault((item.what, item.why), item)
-        changes, unmet = diff_snapshots(previous, snap, resolved.platform)
-        steps.append(Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id))
-        snapshots.append(snap)
-        previous = snap
-    # Metadata no environment reaches is a hole in the image as it ships (pip --target used
-    # through PYTHONPATH), so it is taken from the final state: files a later step links
-    # into an environment were importable nowhere before, and that step shows them added.
-    for item in previous.incomplete:
-        if item.final_only:
-            incomplete.setdefault((item.what, item.why), item)
-    image = ImageInfo(
-        reference=resolved.reference,
-        manifest_digest=resolved.manifest_digest,
-        platform=resolved.platform,
-        transport=resolved.transport,
-    )
-    return AuditResult(
-        image=image,
-        steps=tuple(steps),
-        final=previous,
-        snapshots=tuple(snapshots),
-        incomplete=tuple(sorted(incomplete.values(), key=lambda i: (i.what, i.why))),
-        notes=tuple(resolved.notes) + tuple(notes),
-        file_digests=tuple(sorted(state.file_digests(previous).items())),
-    )
+        changes, unmet = diff_snapshots(previous, snap, self._resolved.platform)
+        self._steps.append(
+            Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id)
+        )
+        self._snapshots.append(snap)
+        self._previous = snap
+
+    def result(self) -> AuditResult:
+        """The audit result; every layer's analysis must have been added."""
+        if self._next < len(self._entries):
+            _, _, _, layer = self._entries[self._next]
+            raise KeyError(layer.digest if layer is not None else "")
+        resolved, incomplete, previous = self._resolved, self._incomplete, self._previous
+        # Metadata no environment reaches is a hole in the image as it ships (pip --target
+        # used through PYTHONPATH), so it is taken from the final state: files a later step
+        # links into an environment were importable nowhere before, and that step shows them
+        # added.
+        for item in previous.incomplete:
+            if item.final_only:
+                incomplete.setdefault((item.what, item.why), item)
+        image = ImageInfo(
+            reference=resolved.reference,
+            manifest_digest=resolved.manifest_digest,
+            platform=resolved.platform,
+            transport=resolved.transport,
+        )
+        return AuditResult(
+            image=image,
+            steps=tuple(self._steps),
+            final=previous,
+            snapshots=tuple(self._snapshots),
+            incomplete=tuple(sorted(incomplete.values(), key=lambda i: (i.what, i.why))),
+            notes=tuple(resolved.notes) + tuple(self._notes),
+            file_digests=tuple(sorted(self._state.file_digests(previous).items())),
+        )
+
+
+def build_result(
+    resolved: ResolvedImage,
+    analyses: dict[str, LayerAnalysis],
+    analyzers: Analyzers | None = None,
+) -> AuditResult:
+    """Replay the analyses through the image history into steps, snapshots and diffs."""
+    builder = StepBuilder(resolved, analyzers)
+    for digest, analysis in analyses.items():
+        builder.add(digest, analysis)
+    return builder.result()
 
 
 def audit_directory(
@@ -629,8 +705,11 @@ def audit_source(
                     progress.layers([], len(resolved.layers))
                 return _from_replay(resolved, hit)
         cache_notes: list[str] = []
-        analyses = load_layers(source, resolved.layers, options, progress, cache_notes)
-    result = build_result(resolved, analyses, options.analyzers())
+        builder = StepBuilder(resolved, options.analyzers())
+        analyses = load_layers(
+            source, resolved.layers, options, progress, cache_notes, ready=builder.add
+        )
+    result = builder.result()
     if options.layer_read == "lazy":
         result = replace(result, layer_reads=_layer_reads(resolved.layers, analyses))
     if store is not None:
