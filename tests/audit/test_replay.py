@@ -15,10 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.pipeline import (
+    AuditOptions,
+    StepBuilder,
+    audit_image,
+    build_result,
+    load_layers,
+)
+from pinguard.audit.replay import Replay, StepEncoder, decode, encode
 from pinguard.errors import PinguardError
 from pinguard.models import AuditResult
 from pinguard.report.json import render
+from pinguard.sources import open_source
 from pinguard.testing.graphs import requirement_graph
 from pinguard.testing.images import ImageWriter, layer_tar
 
@@ -155,3 +163,33 @@ def test_the_key_follows_everything_a_replay_depends_on(monkeypatch: pytest.Monk
     monkeypatch.setattr(packaging, "__version__", "0.0")
     others.append(replay_key("k1", amd64, config, [a, b]))
     assert len({base, *others}) == len(others) + 1
+
+
+def test_layers_replayed_as_they_arrive_give_the_whole_replay(tmp_path: Path) -> None:
+    """``StepBuilder`` fed the layers last first replays nothing until the first layer is
+    in, then gives what ``build_result`` gives; a replay entry encoded a step at a time
+    (``StepEncoder``) decodes to the same ``Replay`` as one encoded whole."""
+    ref = _layout(tmp_path / "img", extra_layer=True)
+    options = AuditOptions()
+    with open_source(ref, options.source) as source:
+        resolved = source.resolve()
+        analyses = load_layers(source, resolved.layers, options)
+    whole = build_result(resolved, analyses, options.analyzers())
+    encoder = StepEncoder()
+    builder = StepBuilder(resolved, options.analyzers(), encoder)
+    last_first = [(layer.digest, analyses[layer.digest]) for layer in reversed(resolved.layers)]
+    for digest, analysis in last_first[:-1]:
+        builder.add(digest, analysis)
+    with pytest.raises(KeyError):
+        builder.result()  # the first layer is missing: nothing replayed yet
+    builder.add(*last_first[-1])
+    builder.add(*last_first[0])  # a layer handed in again is taken once
+    result = builder.result()
+    assert result == whole
+    assert _json(result) == _json(whole)
+    data = encoder.finish(result.incomplete, result.notes, result.file_digests)
+    replay = Replay(
+        result.steps, result.snapshots, result.incomplete, result.notes, result.file_digests
+    )
+    assert decode(json.loads(json.dumps(data))) == replay
+    assert decode(json.loads(json.dumps(encode(replay)))) == replay

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from pinguard.audit.diff import diff_snapshots
 from pinguard.audit.hooks import POST_STATE, ImageFacts
-from pinguard.audit.replay import Replay, ReplayCache, replay_key
+from pinguard.audit.replay import Replay, ReplayCache, StepEncoder, replay_key
 from pinguard.audit.state import State
 from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.errors import BlobVerificationError, SourceError
@@ -558,10 +558,17 @@ class StepBuilder:
     step at a time: each analysis is handed in when it exists (``add``), in any order, and
     the history is replayed as far as the analyses handed in so far reach. The pipeline
     feeds it as the worker processes return layers, so the replay of the first layers runs
-    while the last ones are still being read; ``result`` finishes it."""
+    while the last ones are still being read; ``result`` finishes it. With an ``encoder``,
+    each step is also encoded for the replay entry as soon as it is made."""
 
-    def __init__(self, resolved: ResolvedImage, analyzers: Analyzers | None = None) -> None:
+    def __init__(
+        self,
+        resolved: ResolvedImage,
+        analyzers: Analyzers | None = None,
+        encoder: StepEncoder | None = None,
+    ) -> None:
         self._resolved = resolved
+        self._encoder = encoder
         self._entries, self._notes = _history_steps(resolved)
         self._next = 0  # the first history entry not replayed yet
         self._analyses: dict[str, LayerAnalysis] = {}
@@ -590,8 +597,7 @@ class StepBuilder:
         incomplete = self._incomplete
         previous = self._previous
         if layer is None:
-            self._steps.append(Step(index, created_by, None, comment=comment))
-            self._snapshots.append(previous)
+            self._keep(Step(index, created_by, None, comment=comment), previous)
             return
         state = self._state
         analysis = self._analyses[layer.digest]
@@ -616,11 +622,16 @@ class StepBuilder:
             if not item.final_only:  # where nothing reaches: the final state says
                 incomplete.setdefault((item.what, item.why), item)
         changes, unmet = diff_snapshots(previous, snap, self._resolved.platform)
-        self._steps.append(
-            Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id)
+        self._keep(
+            Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id), snap
         )
-        self._snapshots.append(snap)
         self._previous = snap
+
+    def _keep(self, step: Step, snapshot: Snapshot) -> None:
+        self._steps.append(step)
+        self._snapshots.append(snapshot)
+        if self._encoder is not None:
+            self._encoder.step(step, snapshot)
 
     def result(self) -> AuditResult:
         """The audit result; every layer's analysis must have been added."""
@@ -705,16 +716,18 @@ def audit_source(
                     progress.layers([], len(resolved.layers))
                 return _from_replay(resolved, hit)
         cache_notes: list[str] = []
-        builder = StepBuilder(resolved, options.analyzers())
+        encoder = StepEncoder() if store is not None else None
+        builder = StepBuilder(resolved, options.analyzers(), encoder)
         analyses = load_layers(
             source, resolved.layers, options, progress, cache_notes, ready=builder.add
         )
     result = builder.result()
     if options.layer_read == "lazy":
         result = replace(result, layer_reads=_layer_reads(resolved.layers, analyses))
-    if store is not None:
+    if store is not None and encoder is not None:
         cache, key = store
-        cache.put(key, _to_replay(resolved, result))
+        own = len(resolved.notes)  # the source's notes come first; the history's follow
+        cache.put(key, encoder.finish(result.incomplete, result.notes[own:], result.file_digests))
     if cache_notes:  # about this run's shared cache: not part of the replayed audit
         result = replace(result, notes=(*result.notes, *cache_notes))
     return result
@@ -729,17 +742,6 @@ def _replay_store(resolved: ResolvedImage, options: AuditOptions) -> tuple[Repla
         return None  # the replay keeps no layer reads: a lazy audit reads its layer entries
     key = replay_key(_layers_key(options), resolved.platform, resolved.config, resolved.layers)
     return ReplayCache(options.cache_dir), key
-
-
-def _to_replay(resolved: ResolvedImage, result: AuditResult) -> Replay:
-    own = len(resolved.notes)  # the source's notes come first; the history's follow
-    return Replay(
-        steps=result.steps,
-        snapshots=result.snapshots,
-        incomplete=result.incomplete,
-        notes=result.notes[own:],
-        file_digests=result.file_digests,
-    )
 
 
 def _from_replay(resolved: ResolvedImage, replay: Replay) -> AuditResult:

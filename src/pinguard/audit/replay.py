@@ -241,6 +241,38 @@ def encode(replay: Replay) -> dict[str, Any]:
     return {"format": FORMAT, "table": table, "replay": body}
 
 
+class StepEncoder:
+    """``encode`` a step at a time, as the audit replays them (``pipeline.StepBuilder``), so
+    most of the entry is encoded while later layers are still being read. The data decodes
+    to the same ``Replay`` as ``encode``'s (only the order of the shared table differs).
+    Every value handed in must stay alive until ``finish``: shared values are known by id."""
+
+    def __init__(self) -> None:
+        self._shared: dict[int, int] = {}
+        self._table: list[Any] = []
+        self._steps: list[Any] = []
+        self._snapshots: list[Any] = []
+
+    def step(self, step: Step, snapshot: Snapshot) -> None:
+        """One step of the history and the snapshot after it."""
+        self._steps.append(_encode(step, self._shared, self._table))
+        self._snapshots.append(_encode(snapshot, self._shared, self._table))
+
+    def finish(
+        self,
+        incomplete: tuple[Incomplete, ...],
+        notes: tuple[str, ...],
+        file_digests: tuple[tuple[str, str], ...],
+    ) -> dict[str, Any]:
+        """The entry's data, as ``encode`` gives it for a ``Replay`` of the steps handed in
+        and these fields."""
+        rest = Replay((), (), incomplete, notes, file_digests)
+        body = _encode(rest, self._shared, self._table)
+        body["steps"] = self._steps
+        body["snapshots"] = self._snapshots
+        return {"format": FORMAT, "table": self._table, "replay": body}
+
+
 def decode(data: dict[str, Any]) -> Replay:
     """The ``Replay`` that ``encode`` wrote; raises ``TypeError``/``KeyError`` when it is not."""
     if data.get("format") != FORMAT:
@@ -277,8 +309,9 @@ class ReplayCache:
         except (OSError, ValueError, KeyError, TypeError, IndexError, AssertionError):
             return None
 
-    def put(self, key: str, replay: Replay) -> None:
-        data = encode(replay)
+    def put(self, key: str, replay: Replay | dict[str, Any]) -> None:
+        """Store ``replay`` (or what ``encode`` or ``StepEncoder.finish`` made of one)."""
+        data = encode(replay) if isinstance(replay, Replay) else dict(replay)
         data["key"] = key
         self.directory.mkdir(parents=True, exist_ok=True)
         atomic_write(self._path(key), seal(data))
