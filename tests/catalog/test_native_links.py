@@ -138,3 +138,38 @@ def test_directory_audit_sees_libraries_links_and_resolutions(tmp_path: Path) ->
         "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.9",
         "default",
     )
+
+
+def test_libraries_resolve_each_directory_once_as_resolve_does() -> None:
+    """The resolver ``libraries`` uses (each directory resolved once) gives what
+    ``FileView.resolve`` gives for every path: through directory links, a link as the last
+    component, a chain of them, '..' after a link, a loop, relative and absolute targets."""
+    links = {
+        "/lib": "usr/lib",
+        "/usr/lib/cuda": "/opt/cuda-12",
+        "/opt/cuda-12/lib64/libcudart.so.12": "libcudart.so.12.4",
+        "/opt/cuda-12/lib64/libcudart.so": "libcudart.so.12",
+        "/usr/lib/up": "../share",
+        "/loop/a": "b",
+        "/loop/b": "a",
+        "/usr/lib/x/back": "..",
+    }
+    view = native.FileView(frozenset(), links)
+    real = native._resolver(view)
+    paths = [
+        "/lib/libc.so.6",
+        "/lib/cuda/lib64/libcudart.so",
+        "/lib/cuda/lib64/libcudart.so.12.4",
+        "/lib/up/doc/libx.so",
+        "/loop/a/libz.so",
+        "/loop/a",
+        "/usr/lib/x/back/libm.so.6",
+        "/usr/lib/x/../libm.so.6",
+        "/usr/lib/..",
+        "/usr/lib/.",
+        "/libtop.so",
+        "relative/lib/libr.so",
+        "/lib/",
+    ]
+    for path in paths * 2:  # the second time from the directories already resolved
+        assert real(path) == view.resolve(path), path

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pinguard.catalog.elf import BANNERS, ElfFacts, ElfScanner, scan_bytes
@@ -27,7 +27,7 @@ from pinguard.catalog.interface import (
 )
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream, PartReader
-from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary
+from pinguard.models import DebPackage, Distribution, Environment, Incomplete, NativeLibrary
 
 VERSION = "2"
 
@@ -176,6 +176,47 @@ def _package_of_list(path: str) -> str:
     return base.split(":", 1)[0]
 
 
+def _resolver(view: FileView) -> Callable[[str], str | None]:
+    """``view.resolve`` that resolves each directory once: a path whose last component is
+    no link resolves to its directory, resolved, plus that component (what ``resolve``
+    gives, without walking the directory's components again for every file in it)."""
+    dirs: dict[str, str | None] = {}
+    links = view.links
+
+    def real(path: str) -> str | None:
+        parent, _, base = path.rpartition("/")
+        if not parent or base in {"", ".", ".."}:
+            return view.resolve(path)
+        if parent in dirs:
+            where = dirs[parent]
+        else:
+            where = dirs[parent] = view.resolve(parent)
+        if where is None:
+            return None  # a loop in the directory part is a loop in the path
+        found = where + base if where == "/" else where + "/" + base
+        return view.resolve(path) if found in links else found
+
+    return real
+
+
+#: A distribution's RECORD entries that name shared objects: (distribution, entries) by
+#: ``id`` of the distribution, which the entry holds (so the id is not reused meanwhile).
+LibraryRecords = dict[int, tuple[Distribution, tuple[tuple[str, str], ...]]]
+
+
+def _library_records(
+    dist: Distribution, memo: LibraryRecords | None
+) -> tuple[tuple[str, str], ...]:
+    if memo is not None:
+        held = memo.get(id(dist))
+        if held is not None and held[0] is dist:
+            return held[1]
+    found = tuple((path, digest) for path, digest in dist.record if wants(path))
+    if memo is not None:
+        memo[id(dist)] = (dist, found)
+    return found
+
+
 def libraries(
     elf: Mapping[str, ElfFacts],
     view: FileView,
@@ -183,6 +224,7 @@ def libraries(
     debs: Sequence[DebPackage],
     dpkg_lists: Mapping[str, Iterable[str]],
     layers: Mapping[str, str] | None = None,
+    memo: LibraryRecords | None = None,
 ) -> tuple[NativeLibrary, ...]:
     """The native libraries of a state, each with its owner, sorted by path.
 
@@ -190,15 +232,17 @@ def libraries(
     library paths of each ``.list`` file (by the list's path), ``layers`` the digest of the
     layer that last wrote each path (filled by the audit). A wheel owns a file its RECORD
     lists; else a package whose ``.list`` names it (through symlinked directories such as
-    ``/lib`` -> ``usr/lib``); else it has no owner.
+    ``/lib`` -> ``usr/lib``); else it has no owner. ``memo`` keeps each distribution's
+    library entries from one state to the next (the distributions a layer left alone are
+    the same objects).
     """
+    resolve_path = _resolver(view)
     wheel: dict[str, tuple[Environment, str, str, str]] = {}
     for env in environments:
         for dist in env.distributions:
-            for path, digest in dist.record:
-                if wants(path):
-                    real = view.resolve(path) or path
-                    wheel.setdefault(real, (env, dist.name, dist.raw_version, digest))
+            for path, digest in _library_records(dist, memo):
+                real = resolve_path(path) or path
+                wheel.setdefault(real, (env, dist.name, dist.raw_version, digest))
     versions = {d.name: d.version for d in debs}
     deb: dict[str, tuple[str, str]] = {}
     for list_path, paths in sorted(dpkg_lists.items()):
@@ -206,7 +250,7 @@ def libraries(
         if package not in versions:
             continue  # a .list left by a removed package
         for listed in paths:
-            real = view.resolve(listed) or listed
+            real = resolve_path(listed) or listed
             deb.setdefault(real, (package, versions[package]))
     out: list[NativeLibrary] = []
     for path, facts in sorted(elf.items()):
@@ -321,12 +365,20 @@ class NativeSession(AnalyzerSession):
     """Recomputes the libraries of a state from what the layers streamed (cheap: facts
     are already parsed; owners are joined here because RECORDs and dpkg lists change)."""
 
+    def __init__(self) -> None:
+        # what the last state's streamed results were read into, kept while the same
+        # result objects are there: path -> (result, facts), and the distributions' libraries
+        self._facts: dict[str, tuple[object, ElfFacts]] = {}
+        self._records: LibraryRecords = {}
+
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         return None
 
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
         elf: dict[str, ElfFacts] = {}
         lists: dict[str, list[str]] = {}
+        known = self._facts
+        read: dict[str, tuple[object, ElfFacts]] = {}
         for path, results in state.streamed.items():
             value = results.get(NativeAnalyzer.name)
             if value is None:
@@ -336,12 +388,22 @@ class NativeSession(AnalyzerSession):
                 lists[path] = [str(v) for v in value]
             else:
                 assert isinstance(value, dict)
-                facts = ElfFacts.from_json(value)
+                held = known.get(path)
+                if held is not None and held[0] is value:
+                    facts = held[1]
+                else:
+                    facts = ElfFacts.from_json(value)
+                read[path] = (value, facts)
                 elf[path] = facts
                 if facts.problem is not None:
                     parts.incomplete.append(Incomplete(path, facts.problem))
+        self._facts = read
+        live = {id(d) for env in parts.environments for d in env.distributions}
+        self._records = {k: v for k, v in self._records.items() if k in live}
         view = state_view(state)
-        parts.native.extend(libraries(elf, view, parts.environments, parts.debs, lists))
+        parts.native.extend(
+            libraries(elf, view, parts.environments, parts.debs, lists, memo=self._records)
+        )
 
 
 def state_view(state: StateView) -> FileView:
