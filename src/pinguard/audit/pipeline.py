@@ -314,6 +314,7 @@ def _parallel(
             pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
             for layer in ordered
         }
+        held: list[tuple[str, LayerAnalysis]] = []  # arrived, not handed to ``ready`` yet
         try:
             while pending:
                 timeout = 0.1 if progress is not None else None
@@ -325,7 +326,17 @@ def _parallel(
                     if progress is not None:
                         progress.done(layer)
                     if ready is not None and isinstance(got, LayerAnalysis):
-                        ready(layer.digest, got)  # replayed here while the workers go on
+                        held.append((layer.digest, got))
+                if ready is not None and held and len(pending) < jobs:
+                    # A worker is idle: its core replays what arrived, while the others
+                    # read the last layers. Not before: this thread holding the GIL slows
+                    # the pool's thread that reads results from the pipe, and a worker
+                    # cannot start its next layer until its result is read (replaying each
+                    # layer at once made the 1 GB dense image's cold audit slower, not
+                    # faster, on 2 cores).
+                    for digest, analysis in held:
+                        ready(digest, analysis)
+                    held.clear()
         except BaseException:
             _stop_workers(pool)
             raise
@@ -350,7 +361,6 @@ def _sequential(
     progress: Progress | None,
     limits: LayerLimits,
     cache: LayerStore | None = None,
-    ready: Ready | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Each layer in turn from the source's own blob iterator, cached as soon as it is
     analysed (an audit waiting for it need not wait for the rest)."""
@@ -365,8 +375,6 @@ def _sequential(
             cache.put(out[layer.digest])
         if progress is not None:
             progress.done(layer)
-        if ready is not None:
-            ready(layer.digest, out[layer.digest])
     missing = wanted - set(out)
     if missing:
         raise SourceError(
@@ -384,8 +392,8 @@ def _fresh(
     cache: LayerStore | None,
     ready: Ready | None = None,
 ) -> dict[str, LayerAnalysis]:
-    """Stream and analyse ``todo`` (in worker processes when it pays), caching each and
-    handing each to ``ready`` as it is done."""
+    """Stream and analyse ``todo`` (in worker processes when it pays), caching each; with
+    workers, each is handed to ``ready`` once a worker is idle to spare a core for it."""
     jobs = options.jobs or (os.cpu_count() or 1)
     if not todo:
         return {}
@@ -395,7 +403,7 @@ def _fresh(
             source, todo, analyzers, jobs, progress, cache, options.limits, ready=ready
         )
         return {k: v for k, v in done.items() if isinstance(v, LayerAnalysis)}
-    return _sequential(source, todo, analyzers, progress, options.limits, cache, ready)
+    return _sequential(source, todo, analyzers, progress, options.limits, cache)
 
 
 def load_layers(
@@ -408,8 +416,8 @@ def load_layers(
 ) -> dict[str, LayerAnalysis]:
     """Analyses for every layer: from the cache where present, else streamed (and cached).
     What the cache reports (a shared cache unreachable, an entry refused) goes to ``notes``.
-    ``ready`` is handed each layer streamed here as soon as it is analysed and verified
-    (the parent replays it while the workers read the rest); the rest, and every layer
+    ``ready`` is handed each layer that worker processes analysed and verified once a
+    worker is idle (the parent replays it while the others read the rest); the rest, and every layer
     again, are handed over once all are checked, so ``ready`` sees every layer at least
     once and must take repeats.
 
