@@ -691,6 +691,20 @@ def run_audit(
     return run_timed(cmd, report, _pythonpath(src), ok=(0, 1))  # 1: findings (downgrades)
 
 
+#: Warm audits are timed this many times and the least CPU kept: one takes a few tenths of a
+#: second, so a single timing is as much the machine's noise as the audit's (the smoke run's
+#: gate once read 1.56x the last release on code whose warm path had not changed).
+WARM_REPEAT = 3
+
+
+def run_warm(
+    ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = (), src: Path = ROOT / "src"
+) -> Run:
+    """The warm audit (``cache_dir`` filled by a cold one): the best of ``WARM_REPEAT``."""
+    runs = [run_audit(ref, cache_dir, report, extra, src) for _ in range(WARM_REPEAT)]
+    return min(runs, key=lambda run: run.cpu)
+
+
 def run_timed(
     cmd: Sequence[str], report: Path, env: dict[str, str], ok: Sequence[int] = (0,)
 ) -> Run:
@@ -1104,7 +1118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("cold audit ...")
         cold = run_audit(ref, run_dir / "cache-cold", run_dir / "cold.json")
         log("warm audit ...")
-        warm = run_audit(ref, run_dir / "cache-cold", run_dir / "warm.json")
+        warm = run_warm(ref, run_dir / "cache-cold", run_dir / "warm.json")
         if (run_dir / "cold.json").read_bytes() != (run_dir / "warm.json").read_bytes():
             raise RuntimeError("cold and warm audits gave different reports")
         stage_cpu = None
@@ -1128,7 +1142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"the last release ({rev}): layers, cold and warm audits ...")
             b_layers, b_layers_cpu = layers_only(ref, run_dir / "base-layers", src)
             b_cold = run_audit(ref, run_dir / "base-cache", run_dir / "base-cold.json", src=src)
-            b_warm = run_audit(ref, run_dir / "base-cache", run_dir / "base-warm.json", src=src)
+            b_warm = run_warm(ref, run_dir / "base-cache", run_dir / "base-warm.json", src=src)
             b_verify = None
             if not args.no_verify_records:
                 b_verify = run_audit(
