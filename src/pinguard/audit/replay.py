@@ -234,18 +234,19 @@ def _builder(cls: type) -> _Decoder:
 
 
 def encode(replay: Replay) -> dict[str, Any]:
-    """``replay`` as JSON-ready data (shared distributions and environments in ``table``)."""
-    shared: dict[int, int] = {}
-    table: list[Any] = []
-    body = _encode(replay, shared, table)
-    return {"format": FORMAT, "table": table, "replay": body}
+    """``replay`` as JSON-ready data (shared distributions and environments in ``table``):
+    what ``StepEncoder`` gives when handed its steps one by one."""
+    encoder = StepEncoder()
+    for step, snapshot in zip(replay.steps, replay.snapshots, strict=True):
+        encoder.step(step, snapshot)
+    return encoder.finish(replay.incomplete, replay.notes, replay.file_digests)
 
 
 class StepEncoder:
-    """``encode`` a step at a time, as the audit replays them (``pipeline.StepBuilder``), so
-    most of the entry is encoded while later layers are still being read. The data decodes
-    to the same ``Replay`` as ``encode``'s (only the order of the shared table differs).
-    Every value handed in must stay alive until ``finish``: shared values are known by id."""
+    """A replay entry's data, encoded a step at a time as the audit replays them
+    (``pipeline.StepBuilder``), so most of the entry is encoded while later layers are still
+    being read. Every value handed in must stay alive until ``finish``: shared values are
+    known by id."""
 
     def __init__(self) -> None:
         self._shared: dict[int, int] = {}
@@ -309,9 +310,8 @@ class ReplayCache:
         except (OSError, ValueError, KeyError, TypeError, IndexError, AssertionError):
             return None
 
-    def put(self, key: str, replay: Replay | dict[str, Any]) -> None:
-        """Store ``replay`` (or what ``encode`` or ``StepEncoder.finish`` made of one)."""
-        data = encode(replay) if isinstance(replay, Replay) else dict(replay)
-        data["key"] = key
+    def put(self, key: str, encoded: dict[str, Any]) -> None:
+        """Store a replay as ``encode`` or ``StepEncoder.finish`` gives it."""
+        data = {**encoded, "key": key}
         self.directory.mkdir(parents=True, exist_ok=True)
         atomic_write(self._path(key), seal(data))

@@ -94,9 +94,6 @@ class Analyzers:
         fns = tuple(a.wants for a in self.members)
         if len(fns) == 1:
             return fns[0]
-        if len(fns) == 4:  # the default set: one expression, no loop (81k calls per GB)
-            f0, f1, f2, f3 = fns
-            return lambda path: f0(path) | f1(path) | f2(path) | f3(path)
 
         def select(path: str) -> int:
             want = SKIP

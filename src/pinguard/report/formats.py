@@ -11,28 +11,29 @@ follows the ``Renderer`` protocol, and one entry here; the CLI offers every key 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pinguard.models import AuditResult
 from pinguard.report.options import DEFAULT_OPTIONS, CompareRenderer, Renderer, RenderOptions
 
 if TYPE_CHECKING:
-    from pinguard.audit.compare import Comparison, PlatformComparison
     from pinguard.buildfile.lint import LintFinding
     from pinguard.report.lint import Errors, LintRenderer
 
 
-def _on_use(module: str) -> Renderer:
-    """``pinguard.report.<module>.render``, imported when first called: an audit imports
+def _on_use(module: str, name: str = "render") -> Callable[..., str]:
+    """``pinguard.report.<module>.<name>``, imported when first called: a command imports
     the one renderer it prints with (rich for the table, cyclonedx-python-lib, spdx-tools and
     its license list, the SARIF and JUnit writers are not paid for by every CLI start)."""
 
-    def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
-        renderer: Renderer = importlib.import_module(f"pinguard.report.{module}").render
-        return renderer(result, options)
+    def render(*args: Any, **kwargs: Any) -> str:
+        renderer: Callable[..., str] = getattr(
+            importlib.import_module(f"pinguard.report.{module}"), name
+        )
+        return renderer(*args, **kwargs)
 
-    render.__name__ = f"{module}.render"
+    render.__name__ = f"{module}.{name}"
     return render
 
 
@@ -48,45 +49,20 @@ FORMATS: Mapping[str, Renderer] = {
 }
 
 
-def _compare_on_use(module: str, name: str) -> CompareRenderer:
-    """``pinguard.report.<module>.<name>``, a ``pinguard compare`` renderer, imported when
-    first called."""
-
-    def render(
-        cmp: Comparison | PlatformComparison, options: RenderOptions = DEFAULT_OPTIONS
-    ) -> str:
-        renderer: CompareRenderer = getattr(
-            importlib.import_module(f"pinguard.report.{module}"), name
-        )
-        return renderer(cmp, options)
-
-    return render
-
-
 COMPARE_FORMATS: Mapping[str, CompareRenderer] = {
-    "table": _compare_on_use("compare", "render_table"),
-    "json": _compare_on_use("compare", "render_json"),
-    "markdown": _compare_on_use("compare", "render_markdown"),
-    "html": _compare_on_use("html", "render_comparison"),
-    "sarif": _compare_on_use("compare", "render_sarif"),
-    "junit": _compare_on_use("compare", "render_junit"),
+    "table": _on_use("compare", "render_table"),
+    "json": _on_use("compare", "render_json"),
+    "markdown": _on_use("compare", "render_markdown"),
+    "html": _on_use("html", "render_comparison"),
+    "sarif": _on_use("compare", "render_sarif"),
+    "junit": _on_use("compare", "render_junit"),
 }
 
 
-def _lint_on_use(name: str) -> LintRenderer:
-    """``pinguard.report.lint.<name>``, imported when first called."""
-
-    def render(findings: Sequence[LintFinding], errors: Errors = ()) -> str:
-        renderer: LintRenderer = getattr(importlib.import_module("pinguard.report.lint"), name)
-        return renderer(findings, errors)
-
-    return render
-
-
 LINT_FORMATS: Mapping[str, LintRenderer] = {
-    "table": _lint_on_use("render_table"),
-    "json": _lint_on_use("render_json"),
-    "sarif": _lint_on_use("render_sarif"),
+    "table": _on_use("lint", "render_table"),
+    "json": _on_use("lint", "render_json"),
+    "sarif": _on_use("lint", "render_sarif"),
 }
 
 #: ``pinguard gate`` and ``pinguard guard``: their own table, or the audit JSON plus a verdict.
