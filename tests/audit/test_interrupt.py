@@ -141,6 +141,11 @@ def test_a_failing_layer_stops_the_other_workers(
 
     def corrupt(path: str, body: bytes) -> bytes:
         if path.endswith(bad):
+            # the scenario: the bad layer arrives while another hangs in flight; a worker
+            # that forked late on a loaded machine must not find the audit already failed
+            deadline = time.monotonic() + 10
+            while front.stalled < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
             return body[:-1] + bytes([body[-1] ^ 0xFF])
         return body
 
