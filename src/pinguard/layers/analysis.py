@@ -160,9 +160,8 @@ def _guarded(
     chunks: Iterator[bytes],
     limits: LayerLimits,
     stored: Callable[[], int],
-    h: hashlib._Hash,
 ) -> Iterator[bytes]:
-    """Inflated chunks, hashed for the diff_id check and held to ``limits``."""
+    """Inflated chunks, held to ``limits``."""
     total = 0
     for chunk in chunks:
         total += len(chunk)
@@ -173,6 +172,12 @@ def _guarded(
                 f"inflates more than {limits.max_ratio}:1 "
                 f"({total} bytes from {stored()}): refusing a decompression bomb"
             )
+        yield chunk
+
+
+def _hashed(chunks: Iterator[bytes], h: hashlib._Hash) -> Iterator[bytes]:
+    """The chunks, each added to ``h`` (the diff_id) on the way."""
+    for chunk in chunks:
         h.update(chunk)
         yield chunk
 
@@ -206,8 +211,10 @@ def record_member(result: LayerAnalysis, member: Member) -> None:
         result.streamed[path] = member.streamed
 
 
-#: Inflated chunks (``blob.OUT_CHUNK`` bytes each) the inflate thread may be ahead of the walk.
+#: Inflated chunks (``blob.OUT_CHUNK`` bytes each) the inflate thread may be ahead of the tar
+#: hash, and the tar hash ahead of the walk.
 INFLATE_AHEAD = 3
+HASH_AHEAD = 2
 
 ZERO_PAD_BLOCKS = 20  # a tar record (the default blocking factor of tar and tarfile)
 
@@ -241,9 +248,10 @@ def analyze_stream(
     must match ``diff_id`` when one is given; that proves every byte the walk reads, so the
     compressed bytes are then counted against ``size`` but not hashed again (without a
     ``diff_id`` they must hash to ``digest``). ``limits`` bound the work (``LayerLimits``).
-    With ``prefetch`` three threads share the work: one fetches the blob (and hashes it when
-    it is the proof), one inflates it and hashes the tar (both in C, without the GIL), and
-    this one walks."""
+    With ``prefetch`` four threads share the work: one fetches the blob (and hashes it when
+    it is the proof), one inflates it, one hashes the tar (both in C, without the GIL), and
+    this one walks. Inflating and hashing the tar cost about the same on this kind of
+    machine (isal against SHA-NI), so a layer read alone keeps two cores busy."""
     limits = limits or LayerLimits()
     expected_diff = Digest.parse(diff_id, f"layer {digest} diff_id") if diff_id else None
     verifier = VerifyingReader(
@@ -255,19 +263,20 @@ def analyze_stream(
         hashed=expected_diff is None or digest is None,
     )
     names = MemberNames()
-    inflater: Ahead | None = None
+    stages: list[Ahead] = []
     try:
         result = LayerAnalysis(digest=digest or "")
         counter = [0]
         tar_hash = hashlib.new(expected_diff.algorithm if expected_diff else "sha256")
         inflated = Inflated()
         try:
-            guarded = _guarded(
-                inflated_chunks(verifier, inflated), limits, lambda: verifier.count, tar_hash
-            )
+            chunks = _guarded(inflated_chunks(verifier, inflated), limits, lambda: verifier.count)
             if prefetch:
-                inflater = Ahead(guarded, INFLATE_AHEAD, "layer-inflate")
-            src = Chunks(inflater if inflater is not None else guarded)
+                stages.append(Ahead(chunks, INFLATE_AHEAD, "layer-inflate"))
+                stages.append(Ahead(_hashed(stages[0], tar_hash), HASH_AHEAD, "layer-hash"))
+                src = Chunks(stages[1])
+            else:
+                src = Chunks(_hashed(chunks, tar_hash))
             for member in walk_members(
                 src,
                 select,
@@ -312,8 +321,8 @@ def analyze_stream(
                 f"config's diff_id is {expected_diff}"
             )
     finally:
-        if inflater is not None:
-            inflater.close()
+        for stage in reversed(stages):
+            stage.close()
         verifier.close()
         names.close()
     return result
