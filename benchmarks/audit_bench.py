@@ -736,6 +736,29 @@ def run_warm(
     return min(runs, key=lambda run: run.cpu)
 
 
+_START_FLOOR = """
+import json, sys
+import requests
+base, repo, tag = sys.argv[1:4]
+accept = ", ".join(("application/vnd.oci.image.manifest.v1+json",
+                   "application/vnd.docker.distribution.manifest.v2+json"))
+manifest = requests.get(f"{base}/v2/{repo}/manifests/{tag}", headers={"Accept": accept}, timeout=30)
+config = json.loads(manifest.content)["config"]["digest"]
+requests.get(f"{base}/v2/{repo}/blobs/{config}", timeout=30).raise_for_status()
+"""
+
+
+def start_floor(ref: str, report: Path) -> Run:
+    """The least a warm audit spends: Python starts, imports ``requests`` (the project's HTTP
+    library) and fetches the manifest and the config; the best of ``WARM_REPEAT``."""
+    name, tag = ref.removeprefix("docker://").rsplit(":", 1)
+    address, repo = name.split("/", 1)
+    cmd = [sys.executable, "-c", _START_FLOOR, f"http://{address}", repo, tag]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    runs = [run_timed(cmd, report, env) for _ in range(WARM_REPEAT)]
+    return min(runs, key=lambda run: run.cpu)
+
+
 def run_timed(
     cmd: Sequence[str], report: Path, env: dict[str, str], ok: Sequence[int] = (0,)
 ) -> Run:
@@ -1154,6 +1177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm = run_warm(ref, run_dir / "cache-cold", run_dir / "warm.json")
         if (run_dir / "cold.json").read_bytes() != (run_dir / "warm.json").read_bytes():
             raise RuntimeError("cold and warm audits gave different reports")
+        log("start-up floor: python, import requests, manifest and config ...")
+        start = start_floor(ref, run_dir / "start.out")
         stage_cpu = None
         if args.stages:
             log("stages of the largest layer ...")
@@ -1218,6 +1243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "layers_cpu": layers_cpu,
             "cold": asdict(cold),
             "warm": asdict(warm),
+            "start": asdict(start),
             "verify_records": asdict(verify) if verify else None,
             "cold_over_floor": cold.seconds / floor_s,
             "syft": syft_run,
@@ -1300,6 +1326,11 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
             warm["tree_rss"],
         ),
     ]
+    start = f.get("start")  # figures saved before it was measured have none
+    if start:
+        rows.append(
+            ("start-up floor", "start", start["seconds"], start["cpu"], start["max_rss"], None)
+        )
     if v:
         rows.append(
             (
@@ -1362,6 +1393,12 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
             f"{f['proof_s'] / floor_s:.2f}, cpu {f['proof_cpu'] / floor_cpu:.2f})"
         )
     print(f"warm/floor: {warm['seconds'] / floor_s:.3f} (target <= {TARGET_WARM:.2f})")
+    if start:
+        print(
+            f"start-up floor/floor: {start['seconds'] / floor_s:.3f} (Python, `import requests`, "
+            f"the manifest and the config: the least a warm audit spends); "
+            f"warm/start-up floor: {warm['seconds'] / start['seconds']:.2f}"
+        )
     peak = max(cold["max_rss"], warm["max_rss"])
     print(f"peak RSS: {peak / 2**20:.0f} MiB (target <= {TARGET_RSS >> 20} MiB)")
     if syft:

@@ -68,6 +68,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "cold/floor:",
         "cold/proof floor:",
         "warm/floor:",
+        "start-up floor",
+        "warm/start-up floor:",
         "peak RSS:",
         "syft/cold:",
         "x floor",
