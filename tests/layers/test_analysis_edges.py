@@ -15,6 +15,8 @@ import io
 import os
 import socket
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -349,6 +351,50 @@ def test_diff_id_mismatch_names_both() -> None:
         f"layer {_sha(layer)}: its uncompressed tar is {_sha(tar)}, "
         f"but the image config's diff_id is {wrong}"
     )
+
+
+def _stage_threads() -> list[str]:
+    names = {"blob-prefetch", "layer-inflate", "layer-hash"}
+    return [t.name for t in threading.enumerate() if t.name in names and t.is_alive()]
+
+
+def test_the_threaded_stages_hash_every_chunk_and_stop_when_the_walk_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inflate, tar hash and walk run in threads of their own: the diff_id covers every
+    inflated chunk in order (many small chunks here), and a walk that fails half-way leaves
+    no stage thread running."""
+    monkeypatch.setattr(blob, "OUT_CHUNK", 4096)
+    entries = [(f"app/f{i}.bin", os.urandom(3000 + i)) for i in range(40)]
+    tar = _tar(entries)
+    layer = gzip.compress(tar, mtime=0)
+    got = analyze_stream(
+        io.BytesIO(layer),
+        digest=_sha(layer),
+        size=len(layer),
+        select=lambda p: HASH,
+        diff_id=_sha(tar),
+    )
+    assert got.diff_id == _sha(tar)
+    assert got.hashes == {"/" + name: _b64(data) for name, data in entries}
+
+    def select(path: str) -> int:
+        if path.endswith("f20.bin"):
+            raise KeyError(path)
+        return SKIP
+
+    with pytest.raises(KeyError):
+        analyze_stream(
+            io.BytesIO(layer),
+            digest=_sha(layer),
+            size=len(layer),
+            select=select,
+            diff_id=_sha(tar),
+        )
+    deadline = time.monotonic() + 2
+    while _stage_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _stage_threads() == []
 
 
 def test_matching_sha512_diff_id_is_computed_with_sha512() -> None:

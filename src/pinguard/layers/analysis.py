@@ -321,7 +321,7 @@ def analyze_stream(
                 f"config's diff_id is {expected_diff}"
             )
     finally:
-        for stage in reversed(stages):
+        for stage in stages:  # upstream first: a stage waiting on it is then woken at once
             stage.close()
         verifier.close()
         names.close()
