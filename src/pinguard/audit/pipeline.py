@@ -456,13 +456,13 @@ def load_layers(
     if todo:
         keep_chunk_memory()  # before the workers fork: they inherit it
     if lazy and todo:
-        # a lazy read is a few requests and some CPU per layer (its TOC): several layers
-        # go to worker processes, one is read here; a layer that cannot be read lazily
-        # goes on to the full read below, its reason kept
+        # a lazy read is a few rounds of requests and some CPU per layer (its TOC): several
+        # layers go to worker processes, up to two per core, so one layer's CPU fills
+        # another's wait for the registry; one layer is read here; a layer that cannot be
+        # read lazily goes on to the full read below, its reason kept
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
-            done = _parallel(
-                source, todo, analyzers, min(jobs, len(todo)), None, cache, options.limits, True
-            )
+            workers = min(2 * jobs, len(todo))
+            done = _parallel(source, todo, analyzers, workers, None, cache, options.limits, True)
         else:
             done = {
                 layer.digest: _analyze_one(source, layer, analyzers, cache, options.limits, True)
