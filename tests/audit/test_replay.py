@@ -24,11 +24,12 @@ from pinguard.audit.pipeline import (
 )
 from pinguard.audit.replay import Replay, StepEncoder, decode, encode
 from pinguard.errors import PinguardError
-from pinguard.models import AuditResult
+from pinguard.models import AuditResult, Snapshot
 from pinguard.report.json import render
 from pinguard.sources import open_source
 from pinguard.testing.graphs import requirement_graph
 from pinguard.testing.images import ImageWriter, layer_tar
+from tests.factories import dist, environment, step
 
 SITE = "/usr/local/lib/python3.12/site-packages"
 
@@ -193,3 +194,22 @@ def test_layers_replayed_as_they_arrive_give_the_whole_replay(tmp_path: Path) ->
     )
     assert decode(json.loads(json.dumps(data))) == replay
     assert decode(json.loads(json.dumps(encode(replay)))) == replay
+
+
+def test_flat_fields_are_encoded_as_lists_and_read_back() -> None:
+    """RECORD rows (pairs) and string tuples take the encoder's one-comprehension path: the
+    entry holds them as JSON lists, exactly as the recursive path writes them, and they
+    decode to the same values."""
+    rows = [(f"g/m{i}.py", f"sha256={i:043d}") for i in range(300)]
+    base = dist("g-one", "1.0", record=rows)
+    snap = Snapshot(
+        environments=(environment(base, dist("g-two", "2.0", record=rows[:3])),),
+        os_release=(("ID", "debian"), ("VERSION_ID", "12")),
+    )
+    replay = Replay((step(1),), (snap,), (), ("a note",), (("/etc/x", "sha256=x"),))
+    data = json.loads(json.dumps(encode(replay)))
+    one = next(t for t in data["table"] if t.get("name") == "g-one")
+    assert one["record"] == [[path, digest] for path, digest in base.record]
+    assert data["replay"]["notes"] == ["a note"]
+    assert data["replay"]["snapshots"][0]["os_release"] == [["ID", "debian"], ["VERSION_ID", "12"]]
+    assert decode(data) == replay

@@ -86,21 +86,42 @@ def replay_key(
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+# How a field is encoded: most recursively; the long flat ones (RECORD rows, file lists) as
+# the same lists in one comprehension (a dense image's entry is mostly RECORD rows: 134,000
+# of them encoded at 0.43 s recursively, measured with py-spy).
+_GENERIC, _PAIRS, _STRINGS = 0, 1, 2
+_FIELDS: dict[type, tuple[tuple[str, int], ...] | None] = {}
 
 
-def _field_names(cls: type) -> tuple[str, ...] | None:
-    """The field names of a dataclass type, in order (None: not a dataclass)."""
+def _fields(cls: type) -> tuple[tuple[str, int], ...] | None:
+    """(name, how) of each field of a dataclass type, in order (None: not a dataclass)."""
     try:
-        return _FIELD_NAMES[cls]
+        return _FIELDS[cls]
     except KeyError:
-        names = (
-            tuple(f.name for f in dataclasses.fields(cls))
-            if dataclasses.is_dataclass(cls)
-            else None
-        )
-        _FIELD_NAMES[cls] = names
-        return names
+        spec = None
+        if dataclasses.is_dataclass(cls):
+            hints = typing.get_type_hints(cls)
+            how = {tuple[tuple[str, str], ...]: _PAIRS, tuple[str, ...]: _STRINGS}
+            spec = tuple(
+                (f.name, how.get(hints[f.name], _GENERIC)) for f in dataclasses.fields(cls)
+            )
+        _FIELDS[cls] = spec
+        return spec
+
+
+def _encode_fields(
+    value: Any, spec: tuple[tuple[str, int], ...], shared: dict[int, int], table: list[Any]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, how in spec:
+        v = getattr(value, name)
+        if how == _PAIRS:
+            out[name] = [[a, b] for a, b in v]
+        elif how == _STRINGS:
+            out[name] = list(v)
+        else:
+            out[name] = _encode(v, shared, table)
+    return out
 
 
 def _encode(value: Any, shared: dict[int, int], table: list[Any]) -> Any:
@@ -109,16 +130,16 @@ def _encode(value: Any, shared: dict[int, int], table: list[Any]) -> Any:
         return value
     if cls is tuple or cls is list:
         return [_encode(v, shared, table) for v in value]
-    names = _field_names(cls)
-    if names is not None:
+    spec = _fields(cls)
+    if spec is not None:
         if isinstance(value, _SHARED):
             at = shared.get(id(value))
             if at is None:
-                fields = {n: _encode(getattr(value, n), shared, table) for n in names}
+                fields = _encode_fields(value, spec, shared, table)
                 at = shared[id(value)] = len(table)
                 table.append(fields)
             return at
-        return {n: _encode(getattr(value, n), shared, table) for n in names}
+        return _encode_fields(value, spec, shared, table)
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):
