@@ -590,7 +590,8 @@ def push(image: Image, address: str, log: Any) -> None:
 
 
 def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
-    """Fetch one blob and inflate it, discarding the bytes; return the inflated size.
+    """Fetch one blob and inflate it, discarding the bytes; return the inflated size (also
+    ``fleet_bench.py``'s floor).
 
     With ``prove`` the inflated bytes are also hashed with SHA-256 (the diff_id), in a thread
     of their own as pinguard does, so inflating and hashing overlap on a free core."""

@@ -71,7 +71,7 @@ class Row:
 
 def floor_seconds(urls: Sequence[str], jobs: int) -> float:
     """Wall time to fetch and inflate every URL once with ``jobs`` processes."""
-    work = [(url, GZIP, True) for url in urls]
+    work = [(url, GZIP, True, False) for url in urls]  # inflate, no tar hash
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         pool.map(_floor_one, work[:1])  # imports, connections
         started = time.perf_counter()
