@@ -13,6 +13,7 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_IMAGE = 3
 EXIT_UNREACHABLE = EXIT_IMAGE  # "could not reach HOST": a registry, a daemon or an index
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT (128 + 2)
 
 
 class PinguardError(Exception):

@@ -1,0 +1,288 @@
+"""Every subcommand, run as a CI gate or an operator runs it, with the environment broken: a
+missing file, an unreachable host, a name that does not resolve, no broker listening, no
+optional package installed, Ctrl-C while the command is still importing. Each must end in
+one error line naming the cause and a documented non-zero exit code, fast, and no output may
+hold a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_INTERRUPTED, EXIT_USAGE
+from pinguard.testing.demo import build_demo
+
+#: a name RFC 6761 guarantees never resolves: a DNS failure without any traffic leaving
+UNRESOLVABLE = "registry.pinguard-test.invalid"
+
+#: runs pinguard as the console script does, with celery and redis made unimportable when
+#: the first argument is "no-extras" (pip install . without [fleet]), else as installed
+RUNNER = (
+    "import sys\n"
+    "if sys.argv.pop(1) == 'no-extras':\n"
+    "    for name in ('celery', 'kombu', 'redis'):\n"
+    "        sys.modules[name] = None\n"
+    "from pinguard.cli import main\n"
+    "sys.argv[0] = 'pinguard'\n"
+    "raise SystemExit(main())\n"
+)
+
+#: the longest any of these may take: each fails on something known at once, or on a host
+#: that answers "refused" or a name that does not resolve, which is never worth minutes
+PROMPT_S = 30.0
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the demo image, a Dockerfile, a policy and a signing key pair."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    root = tmp_path_factory.mktemp("broken")
+    build_demo(root / "demo.tar", tag="2026-11-29")
+    (root / "Dockerfile").write_text("FROM scratch\nRUN pip install torch\n")
+    (root / "policy.toml").write_text('name = "broken-env"\n')
+    key = ec.generate_private_key(ec.SECP256R1())
+    (root / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (root / "key.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return root
+
+
+def run(workdir: Path, *argv: str, extras: bool = True) -> tuple[int, str, str, float]:
+    """``pinguard argv...`` in ``workdir`` as a subprocess: (exit code, stdout, stderr, s)."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, "extras" if extras else "no-extras", *argv],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=PROMPT_S * 4,
+        env={**os.environ, "HOME": str(workdir), "XDG_CACHE_HOME": str(workdir / "cache")},
+        check=False,
+    )
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+
+
+def assert_one_clean_error(
+    code: int, out: str, err: str, elapsed: float, allowed: set[int], *cause: str
+) -> None:
+    """No traceback anywhere, a documented non-zero exit code, an error line naming the
+    cause, and no waiting on what cannot answer."""
+    assert "Traceback" not in out + err, err
+    assert code in allowed, (code, out, err)
+    # gate writes its report (lint, then the image) and names what could not be read in it
+    errors = [
+        line
+        for line in (err + out).splitlines()
+        if line.startswith("pinguard: error:") or ": cannot be read:" in line
+    ]
+    assert errors, err
+    for word in cause:
+        assert word in errors[0], (word, errors)
+    assert elapsed < PROMPT_S, (elapsed, err)
+
+
+# --------------------------------------------------------------------------- missing files
+
+MISSING_FILE_CASES: list[tuple[str, list[str], str]] = [
+    ("audit", ["audit", "missing.tar"], "missing.tar"),
+    ("audit policy", ["audit", "demo.tar", "--policy", "nope.toml"], "nope.toml"),
+    ("compare", ["compare", "demo.tar", "./missing.tar"], "missing.tar"),
+    ("policy check", ["policy", "check", "nope.toml"], "nope.toml"),
+    ("constraints", ["constraints", "missing.tar", "-o", "c.txt"], "missing.tar"),
+    ("constraints check", ["constraints", "check", "nope.txt"], "nope.txt"),
+    ("plan", ["plan", "./missing.tar", "--", "pip", "install", "x"], "missing.tar"),
+    ("lint", ["lint", "NoDockerfile"], "NoDockerfile"),
+    ("gate dockerfile", ["gate", "--dockerfile", "NoDockerfile", "--image", "demo.tar"], "NoD"),
+    ("gate image", ["gate", "--dockerfile", "Dockerfile", "--image", "./missing.tar"], "missing"),
+    (
+        "attest key",
+        ["attest", "demo.tar", "--policy", "policy.toml", "--key", "nokey.pem", "-o", "s.json"],
+        "nokey.pem",
+    ),
+    (
+        "attest image",
+        ["attest", "./missing.tar", "--policy", "policy.toml", "--key", "key.pem", "-o", "s.json"],
+        "missing",
+    ),
+    ("verify key", ["verify", "demo.tar", "--key", "nokey.pub"], "nokey.pub"),
+    ("verify image", ["verify", "./missing.tar", "--key", "key.pub"], "missing.tar"),
+    ("probe", ["probe", "./missing.tar", "--import", "torch"], "missing.tar"),
+    ("fleet report", ["fleet", "report", "--results", "no-results"], "no-results"),
+    ("fleet run file", ["fleet", "run", "--file", "refs.txt", "--results", "r"], "refs.txt"),
+    ("fleet receive", ["fleet", "receive", "--token-file", "no-token"], "no-token"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "cause"),
+    [pytest.param(argv, cause, id=name) for name, argv, cause in MISSING_FILE_CASES],
+)
+def test_a_missing_file_is_one_line_naming_it(workdir: Path, argv: list[str], cause: str) -> None:
+    """A path that does not exist fails at once with its name; nothing asks a registry."""
+    code, out, err, elapsed = run(workdir, *argv)
+    assert_one_clean_error(code, out, err, elapsed, {EXIT_USAGE, EXIT_IMAGE}, cause)
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+def host_cases() -> list[tuple[str, list[str], str]]:
+    refused = f"127.0.0.1:{closed_port()}"
+    cases: list[tuple[str, list[str], str]] = []
+    for host in (refused, UNRESOLVABLE):
+        ref = f"docker://{host}/team/serving:1"
+        cases += [
+            (f"audit {host}", ["audit", ref, "--no-cache"], host),
+            (f"compare {host}", ["compare", "demo.tar", ref, "--no-cache"], host),
+            (f"constraints {host}", ["constraints", ref, "--no-cache", "-o", "c.txt"], host),
+            (f"gate {host}", ["gate", "--dockerfile", "Dockerfile", "--image", ref], host),
+            (
+                f"attest {host}",
+                ["attest", ref, "--policy", "policy.toml", "--key", "key.pem", "-o", "s.json"],
+                host,
+            ),
+            (f"verify {host}", ["verify", ref, "--key", "key.pub"], host),
+        ]
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("argv", "cause"),
+    [pytest.param(argv, cause, id=name) for name, argv, cause in host_cases()],
+)
+def test_an_unreachable_host_is_one_line_naming_it(
+    workdir: Path, argv: list[str], cause: str
+) -> None:
+    """A registry that refuses connections, or whose name does not resolve: exit 3, the host
+    named, no retries worth waiting for."""
+    code, out, err, elapsed = run(workdir, *argv)
+    assert_one_clean_error(code, out, err, elapsed, {EXIT_IMAGE}, cause)
+
+
+def test_an_unreachable_index_is_one_line_naming_it(workdir: Path) -> None:
+    """`plan` against an index on a closed port: exit 3 naming the index's host."""
+    host = f"127.0.0.1:{closed_port()}"
+    code, out, err, elapsed = run(
+        workdir, "plan", "demo.tar", "--index-url", f"http://{host}/simple",
+        "--", "pip", "install", "no-such-package",
+    )  # fmt: skip
+    assert_one_clean_error(code, out, err, elapsed, {EXIT_IMAGE, EXIT_FINDINGS}, host)
+
+
+# --------------------------------------------------------------------------- the fleet's parts
+
+
+def test_no_broker_listening_is_one_line_naming_it(workdir: Path) -> None:
+    """`fleet run` and `worker` with nothing on the broker's port: exit 3, the broker named,
+    in seconds (celery on its own retries for 20 s and prints 139 lines)."""
+    broker = f"redis://127.0.0.1:{closed_port()}/0"
+    for argv in (
+        ["fleet", "run", "demo.tar", "--broker", broker, "--results", "results"],
+        ["worker", "--broker", broker, "--results", "results"],
+    ):
+        code, out, err, elapsed = run(workdir, *argv)
+        assert_one_clean_error(code, out, err, elapsed, {EXIT_IMAGE}, broker)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--broker", "redis://127.0.0.1:6379/0", "--results", "r"],
+        ["fleet", "run", "demo.tar", "--broker", "redis://127.0.0.1:6379/0", "--results", "r"],
+        ["fleet", "receive", "--token-file", "policy.toml", "--broker", "redis://127.0.0.1:1/0"],
+    ],
+    ids=["worker", "fleet run", "fleet receive"],
+)
+def test_the_fleet_without_its_extra_names_the_extra(workdir: Path, argv: list[str]) -> None:
+    """Installed without [fleet]: one line saying what to install, exit 2."""
+    code, out, err, elapsed = run(workdir, *argv, extras=False)
+    assert_one_clean_error(code, out, err, elapsed, {EXIT_USAGE}, "pinguard[fleet]")
+
+
+def test_a_redis_cache_without_redis_py_is_a_note_and_the_audit_goes_on(workdir: Path) -> None:
+    """`audit --cache redis://...` without redis-py: a note, then the audit without the
+    shared cache (the demo's downgrade: exit 1), as docs/fleet.md promises."""
+    code, out, err, _ = run(
+        workdir, "audit", "demo.tar", "--no-cache", "--cache", "redis://127.0.0.1:1/0",
+        "-f", "json", extras=False,
+    )  # fmt: skip
+    assert "Traceback" not in out + err, err
+    assert code == EXIT_FINDINGS, err
+    assert "pinguard[fleet]" in err
+    assert '"nvidia-nccl-cu13"' in out
+
+
+# --------------------------------------------------------------------------- Ctrl-C, version
+
+#: pinguard run with Ctrl-C as a terminal delivers it, and with the import of the audit
+#: subcommand's module held until the test has sent SIGINT
+SLOW_IMPORT = (
+    "import importlib.abc, signal, sys, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "class Slow(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'pinguard.cli.audit':\n"
+    "            print('importing', file=sys.stderr, flush=True)\n"
+    "            time.sleep(30)\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, Slow())\n"
+    "from pinguard.cli import main\n"
+    "raise SystemExit(main())\n"
+)
+
+
+def test_ctrl_c_while_the_subcommand_imports_exits_130(workdir: Path) -> None:
+    """SIGINT in the first moments, while the subcommand's modules load: one line, 130."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_IMPORT, "audit", "demo.tar"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().strip() == "importing"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines() == ["pinguard: error: interrupted"]
+
+
+def test_version_is_a_subcommand_as_in_trivy_and_syft(workdir: Path) -> None:
+    """`pinguard version` prints what `pinguard --version` prints, exit 0."""
+    code, out, err, _ = run(workdir, "version")
+    assert (code, err) == (0, "")
+    code2, out2, _, _ = run(workdir, "--version")
+    assert code2 == 0
+    assert out == out2
+    assert out.startswith("pinguard ")
