@@ -75,7 +75,7 @@ def test_table_shows_the_readme_story(demo: str, capsys: pytest.CaptureFixture[s
     findings = [ln for ln in lines if ln.startswith("│ error ")]
     assert [f.split("│")[2].strip() for f in findings] == ["downgrade", "downgrade"]
     assert [f.split("│")[4].strip() for f in findings] == ["nvidia-cutlass-dsl", "nvidia-nccl-cu13"]
-    assert lines[-1] == "verdict: fail"
+    assert lines[-1] == "verdict: fail (findings at error or above: 2 errors)"
 
 
 # --------------------------------------------------------------------------- --no-cache

@@ -34,7 +34,8 @@ def verdict_of(fmt: str, text: str) -> str:
     if fmt == "markdown":
         return "fail" if text.startswith("### :x:") else "pass"
     if fmt == "table":
-        return text.rstrip().splitlines()[-1].removeprefix("verdict: ")
+        # "verdict: fail (findings at error or above: 1 error)": the word before the reasons
+        return text.rstrip().splitlines()[-1].removeprefix("verdict: ").split(" (", 1)[0]
     if fmt == "html":
         found = re.search(r'<span id="verdict" class="verdict verdict-(\w+)">', text)
         assert found is not None

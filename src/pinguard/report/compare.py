@@ -4,7 +4,9 @@ Renders an ``audit.compare.Comparison`` (A -> B) or ``PlatformComparison`` (one 
 platform). The shared base is named once in the header and never listed row by row; an
 environment only one side has is marked "only in A/B" and its distributions follow as
 removed/added. Every difference shows the step of B that made it and its reason (cause
-chain in B, else what that step asked for). SARIF and JUnit reuse the audit renderers on
+chain in B, else what that step asked for). The verdict says why it is what it is
+(``compare_reasons``), and each side's line names what is known of it (its digest and
+platform, or that a directory has neither). SARIF and JUnit reuse the audit renderers on
 ``Comparison.directional()``. Deterministic: the rows come sorted from the comparison.
 """
 
@@ -30,6 +32,7 @@ from pinguard.models import AuditResult, ChangeKind, Finding, ImageInfo
 from pinguard.report.json import finding_dict, finding_sort_key, no_python_field
 from pinguard.report.markdown import _cell, _code
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
+from pinguard.report.summary import verdict_reasons, verdict_text
 from pinguard.report.table import _KIND_STYLE, _SEV_STYLE, _short
 from pinguard.report.why import command_text, reasons
 
@@ -47,6 +50,31 @@ def step_label(cmp: Comparison, step: int | None) -> str:
     if step is None:
         return ""
     return f"{step} (shared base)" if cmp.base.contains(step) else str(step)
+
+
+def compare_reasons(
+    cmp: Comparison | PlatformComparison, options: RenderOptions
+) -> tuple[str, ...]:
+    """Why the comparison's verdict is what it is (``report.summary.verdict_reasons``):
+    what either side (any platform) could not read, a side without Python, the findings."""
+    if isinstance(cmp, PlatformComparison):
+        no_python = any(r.no_python for r in cmp.results)
+        findings = [f for _, f in cmp.findings]
+    else:
+        no_python = cmp.a.no_python or cmp.b.no_python
+        findings = list(cmp.findings)
+    return verdict_reasons(len(cmp.incomplete), no_python, findings, options)
+
+
+def side_text(info: ImageInfo) -> str:
+    """What is known of one side besides its reference: ``sha256:…  linux/amd64``; a
+    directory has neither (``no manifest digest or platform: read from a directory``)."""
+    parts = [info.manifest_digest or "", str(info.platform) if info.platform else ""]
+    text = "  ".join(p for p in parts if p)
+    if text:
+        return text
+    source = "read from a directory" if info.transport == "dir" else "none recorded"
+    return f"no manifest digest or platform: {source}"
 
 
 def base_text(base: SharedBase) -> str:
@@ -156,9 +184,13 @@ def render_json(
 # --------------------------------------------------------------------------- table
 
 
-def _verdict_line(console: Console, verdict: str) -> None:
+def _verdict_line(console: Console, verdict: str, why: tuple[str, ...]) -> None:
     console.print(
-        Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red")
+        Text(
+            f"verdict: {verdict_text(verdict, why)}",
+            style="bold green" if verdict == "pass" else "bold red",
+        ),
+        soft_wrap=True,
     )
 
 
@@ -243,13 +275,7 @@ def draw_table(
             )
         )
         for side, info in (("A", cmp.a.image), ("B", cmp.b.image)):
-            console.print(
-                Text(
-                    f"  {side}: {info.manifest_digest or ''}  "
-                    f"{info.platform if info.platform else ''}",
-                    style="dim",
-                )
-            )
+            console.print(Text(f"  {side}: {side_text(info)}", style="dim"), soft_wrap=True)
         _no_python_lines(console, cmp, options)
         console.print(Text(base_text(cmp.base), style="dim"))
         for m in cmp.environments:
@@ -287,7 +313,7 @@ def draw_table(
         _findings_table(console, [("", f) for f in sorted(cmp.findings, key=finding_sort_key)])
     for item in cmp.incomplete:
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
-    _verdict_line(console, options.verdict(cmp))
+    _verdict_line(console, options.verdict(cmp), compare_reasons(cmp, options))
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -299,9 +325,14 @@ def render_markdown(
     """A pull-request comment: verdict first, then the differing rows, then findings."""
     verdict = options.verdict(cmp)
     mark = ":x:" if verdict == "fail" else ":white_check_mark:"
+    why = compare_reasons(cmp, options)
+    tail = f" ({_cell('; '.join(why))})" if why else ""
     lines: list[str]
     if isinstance(cmp, PlatformComparison):
-        lines = [f"### {mark} pinguard compare: **{verdict}** for {_code(cmp.reference)}", ""]
+        lines = [
+            f"### {mark} pinguard compare: **{verdict}** for {_code(cmp.reference)}{tail}",
+            "",
+        ]
         names = [str(p) for p in cmp.platforms]
         if cmp.rows:
             lines += [
@@ -320,7 +351,7 @@ def render_markdown(
     else:
         lines = [
             f"### {mark} pinguard compare: **{verdict}** for {_code(cmp.a.image.reference)} "
-            f"-> {_code(cmp.b.image.reference)}",
+            f"-> {_code(cmp.b.image.reference)}{tail}",
             "",
             _cell(base_text(cmp.base)) + ".",
         ]

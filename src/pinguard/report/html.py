@@ -1,17 +1,18 @@
 """One self-contained HTML file for an audit or a comparison, rendered with Jinja2.
 
-Owns the page people look at: the image header (reference, digest, platform, verdict,
-pinguard's version, the policy), the summary the table leads with (``report.summary``) and
-the findings first; then, per environment, a timeline whose columns are the build steps and
-whose rows are the watched packages (policy pins, anything any step changed, anything with
-a finding), each cell holding the version after that step, marked when the step changed it
-(downgrades and unmet requirements stand out) and carrying its reason in a ``<details>``
-element (and a ``title``), so it reads with scripts off; each column head names its step by
-what it installed (``why.headline``), wrapped rather than cut; the inline script only adds a row
-filter. A comparison puts A and B next to each other (differences table, then both
-timelines side by side); a platform comparison has one column per platform. The templates
-ship as package data in ``pinguard/report/templates``; autoescaping is on, no external
-resource is referenced, and the output is deterministic.
+Owns the page people look at: the image header (reference, digest, platform, verdict and
+why: ``report.summary.verdict_reasons``, pinguard's version, the policy), the summary the
+table leads with (``report.summary``) and the findings first; then, per environment, a
+timeline whose columns are the build steps and whose rows are the watched packages (policy
+pins, anything any step changed, anything with a finding), each cell holding the version
+after that step, marked when the step changed it (downgrades and unmet requirements stand
+out) and carrying its reason in a ``<details>`` element (and a ``title``), so it reads with
+scripts off; each column head names its step by what it installed (``why.headline``),
+wrapped rather than cut; the inline script only adds a row filter. A comparison puts A and B
+next to each other (differences table, then both timelines side by side); a platform
+comparison has one column per platform. The templates ship as package data in
+``pinguard/report/templates``; autoescaping is on, no external resource is referenced, and
+the output is deterministic.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from pinguard import __version__
 from pinguard.audit.compare import Comparison, PlatformComparison
 from pinguard.models import AuditResult, ChangeKind, Finding, Snapshot
-from pinguard.report.compare import base_text, difference_reasons, step_label
+from pinguard.report.compare import base_text, compare_reasons, difference_reasons, step_label
 from pinguard.report.json import finding_sort_key
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.summary import KINDS, header, listed, summarize
+from pinguard.report.summary import KINDS, audit_reasons, header, listed, summarize
 from pinguard.report.why import command_text, headline, reasons
 
 if TYPE_CHECKING:
@@ -302,6 +303,7 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
             "kinds": [(i, KINDS[i].value) for i in kinds],
             "title": f"pinguard audit: {result.image.reference}",
             "verdict": verdict,
+            "reasons": audit_reasons(result, options),
             "sides": [side],
             "findings": [_finding(f) for f in sorted(result.findings, key=finding_sort_key)],
             "incomplete": [(i.what, i.why) for i in result.incomplete],
@@ -353,6 +355,7 @@ def render_comparison(
                 "title": f"pinguard compare: {cmp.reference} ({', '.join(names)})",
                 "reference": cmp.reference,
                 "verdict": verdict,
+                "reasons": compare_reasons(cmp, options),
                 "platforms": names,
                 "rows": rows,
                 "sides": sides,
@@ -403,6 +406,7 @@ def render_comparison(
             "mode": "images",
             "title": f"pinguard compare: {cmp.a.image.reference} -> {cmp.b.image.reference}",
             "verdict": verdict,
+            "reasons": compare_reasons(cmp, options),
             "base": base_text(cmp.base),
             "environments": [(m.path, m.status) for m in cmp.environments],
             "differences": differences,

@@ -1,6 +1,7 @@
 """Markdown for a pull-request comment: the verdict first, then what to fix, then the rest.
 
-The comment opens with a one-line verdict (pass or fail at ``fail_on``, with counts), the
+The comment opens with a one-line verdict (pass or fail at ``fail_on``, and why:
+``report.summary.verdict_reasons``), then the counts, the
 image, pinguard's version and the policy, the summary the table leads with (environments
 and their change counts, the steps that changed something: ``report.summary``), lists
 the unwaived findings in a table (worst first, capped at ``max_rows`` so a comment stays
@@ -16,7 +17,7 @@ import html
 from pinguard import __version__
 from pinguard.models import AuditResult, Finding, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.summary import KINDS, header, summarize
+from pinguard.report.summary import KINDS, audit_reasons, header, summarize
 
 _ICON = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
 
@@ -97,8 +98,10 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
     open_ = [f for f in result.findings if not f.waived]
     waived = [f for f in result.findings if f.waived]
     mark = ":x:" if verdict == "fail" else ":white_check_mark:"
+    why = audit_reasons(result, options)
     lines = [
-        f"### {mark} {_cell(title)}: **{verdict}** for {_code(result.image.reference)}",
+        f"### {mark} {_cell(title)}: **{verdict}** for {_code(result.image.reference)}"
+        + (f" ({_cell('; '.join(why))})" if why else ""),
         "",
         f"{_count(open_)}"
         + (f"; {len(waived)} waived" if waived else "")

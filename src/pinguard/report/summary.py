@@ -8,15 +8,20 @@ counts, as trivy leads with its summary table. ``listed`` decides what the detai
 default: every change except the distributions a step added to an environment that did not
 exist before it (a base image's or a root filesystem's whole inventory, which the summary
 counts), unless a finding names the package or a requirement on it is unmet in that step;
-``RenderOptions.all`` (``--all``) lists everything. Pure and deterministic.
+``RenderOptions.all`` (``--all``) lists everything. ``verdict_reasons`` says why a verdict
+is what it is (entries that could not be read, no Python environment, findings at or above
+``--fail-on``, and what an ``--allow-*`` let pass), so every format can put the reason beside
+the verdict rather than leave it at the bottom. Pure and deterministic.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pinguard import __version__
-from pinguard.models import AuditResult, Change, ChangeKind, Severity, Step
+from pinguard.models import AuditResult, Change, ChangeKind, Finding, Severity, Step
+from pinguard.report.options import RenderOptions
 from pinguard.report.why import command_text
 
 # the order the summary's columns and counts use
@@ -98,6 +103,66 @@ class Summary:
             f"{warnings} warning{'s' if warnings != 1 else ''}, {infos} info"
         )
         return text + (f"; {self.waived} waived" if self.waived else "")
+
+
+def plural(n: int, word: str) -> str:
+    """``1 error``, ``2 errors``, ``3 info`` (info has no plural), ``2 entries``."""
+    if n == 1 or word == "info":
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def unreadable_text(count: int) -> str:
+    """``11 entries could not be read: incomplete`` (the ``incomplete`` list names them)."""
+    return f"{plural(count, 'entry')} could not be read: incomplete"
+
+
+def verdict_reasons(
+    incomplete: int,
+    no_python: bool,
+    findings: Iterable[Finding],
+    options: RenderOptions,
+) -> tuple[str, ...]:
+    """Why a verdict is what it is, most fundamental first: ``incomplete`` entries that could
+    not be read, an image (or side) without any Python environment, the unwaived findings
+    at or above ``options.fail_on`` (``findings at error or above: 2 errors``); then what an
+    allowance let pass (``..., allowed by --allow-incomplete``). Empty for a plain pass."""
+    failing: list[str] = []
+    allowed: list[str] = []
+    if incomplete:
+        (allowed if options.allow_incomplete else failing).append(
+            unreadable_text(incomplete)
+            + (", allowed by --allow-incomplete" if options.allow_incomplete else "")
+        )
+    if no_python:
+        (allowed if options.allow_no_python else failing).append(
+            "no Python environment found"
+            + (", allowed by --allow-no-python" if options.allow_no_python else "")
+        )
+    fail_on = options.fail_on
+    if fail_on is not None:
+        counts = dict.fromkeys(Severity, 0)
+        for f in findings:
+            if not f.waived and f.severity.rank >= fail_on.rank:
+                counts[f.severity] += 1
+        found = [
+            plural(counts[s], s.value)
+            for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)
+            if counts[s]
+        ]
+        if found:
+            failing.append(f"findings at {fail_on.value} or above: {', '.join(found)}")
+    return (*failing, *allowed)
+
+
+def audit_reasons(result: AuditResult, options: RenderOptions) -> tuple[str, ...]:
+    """``verdict_reasons`` of one audit."""
+    return verdict_reasons(len(result.incomplete), result.no_python, result.findings, options)
+
+
+def verdict_text(verdict: str, why: Sequence[str]) -> str:
+    """``fail (11 entries could not be read: incomplete)``; the bare verdict without reasons."""
+    return f"{verdict} ({'; '.join(why)})" if why else verdict
 
 
 def _flagged(result: AuditResult) -> set[tuple[str | None, str]]:

@@ -2,8 +2,11 @@
 
 The header names pinguard's version and the policy; the summary (``report.summary``) counts
 changes per environment and kind, findings per severity, and lists the steps that changed
-something, so a big image reads on one screen. The step tables then show what
-``summary.listed`` keeps (``--all``: everything); downgrades and unmet requirements stand out
+something, so a big image reads on one screen; it says how many entries could not be read
+(listed as ``incomplete`` at the end), and the verdict line says why it is what it is
+(``verdict: fail (11 entries could not be read: incomplete)``). The step tables then show what
+``summary.listed`` keeps (``--all``: everything), each headed by its step and, on a second
+line, its environment and what it leaves out; downgrades and unmet requirements stand out
 in red. ``draw`` draws onto a ``rich.console.Console`` the CLI hands it (so it
 never decides where output goes); ``render`` draws into text ``options.width`` columns wide.
 Both are deterministic for a given width.
@@ -24,10 +27,13 @@ from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
 from pinguard.report.summary import (
     KINDS,
     Summary,
+    audit_reasons,
     header,
     layer_read_lines,
     listed,
+    plural,
     summarize,
+    verdict_text,
 )
 from pinguard.report.why import reasons
 
@@ -89,17 +95,16 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
             continue
         envs = sorted({c.environment for c in rows} | {u.environment for u in step.unmet})
         many = len(envs) > 1
-        caption = None if many else envs[0]
+        # what the rows share and what they leave out, read before the rows: a second title
+        # line (a caption would print below the table)
+        about = None if many else envs[0]
         if left_out:
             more = f"and {left_out} more added to environments new in this step (--all lists them)"
-            caption = more if caption is None else f"{caption}; {more}"
-        table = Table(
-            title=Text.assemble((f"step {step.index}  ", "bold"), _short(step.created_by)),
-            title_justify="left",
-            caption=caption,
-            caption_justify="left",
-            expand=False,
-        )
+            about = more if about is None else f"{about}; {more}"
+        title = Text.assemble((f"step {step.index}  ", "bold"), _short(step.created_by))
+        if about is not None:
+            title.append("\n" + about, style="dim")
+        table = Table(title=title, title_justify="left", expand=False)
         if many:
             table.add_column("environment", style="dim", overflow="fold")
         table.add_column("package", overflow="fold")
@@ -163,7 +168,11 @@ def draw(result: AuditResult, console: Console, options: RenderOptions = DEFAULT
         console.print(Text(f"incomplete: {item.what}: {item.why}", style="bold yellow"))
     verdict = options.verdict(result)
     console.print(
-        Text(f"verdict: {verdict}", style="bold green" if verdict == "pass" else "bold red")
+        Text(
+            f"verdict: {verdict_text(verdict, audit_reasons(result, options))}",
+            style="bold green" if verdict == "pass" else "bold red",
+        ),
+        soft_wrap=True,
     )
 
 
@@ -207,6 +216,20 @@ def _draw_summary(
             style="bold red" if errors else "",
         )
     )
+    if result.incomplete:
+        gate = (
+            "allowed by --allow-incomplete"
+            if options.allow_incomplete
+            else "the verdict fails unless --allow-incomplete"
+        )
+        console.print(
+            Text(
+                f"could not be read: {plural(len(result.incomplete), 'entry')}, listed at the "
+                f"end as incomplete ({gate})",
+                style="bold yellow",
+            ),
+            soft_wrap=True,
+        )
     if summary.steps:
         console.print(Text("steps that changed something:", style="bold"))
         for s in summary.steps:
