@@ -6,6 +6,7 @@ hold a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -286,3 +287,33 @@ def test_version_is_a_subcommand_as_in_trivy_and_syft(workdir: Path) -> None:
     assert code2 == 0
     assert out == out2
     assert out.startswith("pinguard ")
+
+
+def test_the_readmes_one_line_redis_starts_one(tmp_path: Path) -> None:
+    """The README's one-line local Redis (on a free port here) starts and answers PING."""
+    import re
+
+    import redis
+
+    from tests.infra.tools import require_tool
+
+    require_tool("redis-server")
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    match = re.search(r"`(redis-server [^`]*)`", readme)
+    assert match, "the README gives no redis-server line"
+    port = closed_port()
+    line = match.group(1).replace("6379", str(port))
+    subprocess.run(["sh", "-c", line], cwd=tmp_path, check=True, timeout=30)
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the README's redis-server never answered"
+                time.sleep(0.1)
+    finally:
+        with contextlib.suppress(redis.ConnectionError):  # shutdown drops the connection
+            client.shutdown(nosave=True)
