@@ -34,8 +34,15 @@ def statement(**predicate: Any) -> dict[str, Any]:
         "incomplete": [],
         "policies": [{"path": "policy.toml", "digest": {"sha256": POLICY}}],
         "platform": "linux/amd64",
+        "image": {"reference": "docker://registry.example/app:v1", "digest": IMAGE},
         "pinguard": {"version": "0.1.0"},
         "timestamp": "2026-11-30T09:00:00Z",
+        "summary": {
+            "findings": {"error": 0, "warning": 1, "info": 0, "waived": 0},
+            "steps": 2,
+            "environments": 1,
+            "distributions": 3,
+        },
     }
     base.update(predicate)
     return {

@@ -2,9 +2,11 @@
 versioned JSON document. It lives in attest/, beside what it renders, so that report/ never
 imports attest/ (attest embeds report.json's audit document, so it sits above report/).
 
-The JSON (schema ``pinguard/verify/v1``, shipped as ``schemas/verify-v1.schema.json``) lists
-every attestation found for the image digest with its reasons; the order is the result's
-(passing first, then by artifact digest), so one registry state gives the same bytes.
+The JSON (schema ``pinguard/verify/v1``, shipped as ``schemas/verify-v1.schema.json``) names
+the threshold the attestations were judged at here and lists every attestation found for the
+image digest with its reasons, the threshold it was attested at and the findings it records;
+the order is the result's (passing first, then by artifact digest), so one registry state
+gives the same bytes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ def _check_dict(check: AttestationCheck) -> dict[str, Any]:
         "policy_digests": list(a.policy_digests) if a else [],
         "platform": a.platform if a else None,
         "pinguard_version": a.version if a else None,
+        "fail_on": a.fail_on if a else None,
+        "findings": a.findings.to_dict() if a and a.findings else None,
+        "complete": not a.incomplete if a and a.verdict is not None else None,
+        "no_python": a.environments == 0 if a and a.environments is not None else None,
     }
 
 
@@ -47,6 +53,7 @@ def to_dict(result: VerifyResult) -> dict[str, Any]:
         "reference": result.reference,
         "image_digest": result.image_digest,
         "result": outcome(result),
+        "fail_on": result.fail_on,
         "attestations": [_check_dict(c) for c in result.checks],
     }
 
@@ -56,7 +63,11 @@ def render_json(result: VerifyResult) -> str:
 
 
 def render_table(result: VerifyResult) -> str:
-    lines = [f"{result.reference}", f"  digest {result.image_digest}"]
+    lines = [
+        f"{result.reference}",
+        f"  digest {result.image_digest}",
+        f"  judged here at --fail-on {result.fail_on}",
+    ]
     if not result.checks:
         lines.append("  no attestation is attached to this digest")
     for check in result.checks:
@@ -66,7 +77,16 @@ def render_table(result: VerifyResult) -> str:
         if a is not None and a.verdict is not None:
             when = a.timestamp.isoformat() if a.timestamp else "?"
             policies = ",".join(d[:12] for d in a.policy_digests) or "none"
-            detail = f"  verdict {a.verdict}, {when}, policies {policies}"
+            counts = a.findings
+            found = (
+                f"{counts.error} error, {counts.warning} warning, {counts.info} info"
+                if counts
+                else "no counts"
+            )
+            detail = (
+                f"  verdict {a.verdict} at fail-on {a.fail_on or '?'} ({found}), {when}, "
+                f"policies {policies}"
+            )
         lines.append(f"  {mark} {check.source} ({check.via}){detail}")
         lines.extend(f"         - {reason}" for reason in check.reasons)
     verdict = {

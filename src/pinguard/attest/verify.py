@@ -2,12 +2,17 @@
 
 ``check_envelope`` runs the checks on one envelope in order and stops at the first that
 leaves nothing trustworthy to read (parse, payload type, signature, statement): a payload
-whose signature does not verify is never read further. After it: the statement's subject
-must name the image digest, the predicate type must be one pinguard knows, the verdict must
-be ``pass``, nothing may have been left unread (unless the caller allows it), the attested
-policy digests must equal the caller's (when given), and the attestation must be younger than
-``max_age`` and not from the future. ``verify`` runs it over every candidate and says
-whether one passed, whether any could not be read, and why each one failed.
+whose signature does not verify is never read further. After it: the statement must name
+the image digest as its one subject and its predicate must record an audit of that digest,
+the predicate type must be one pinguard knows, the verdict must be ``pass``, the recorded
+finding counts are re-judged at the caller's threshold (``Demands.fail_on``: an attestation
+made at a looser ``--fail-on`` passes only when its counts pass here; one without counts
+fails), the image must have a Python environment (unless the caller allows none) and a
+policy other than ``--policy none`` must have judged it, nothing may have been left unread
+(unless the caller allows it), the attested policy digests must equal the caller's (when
+given), and the attestation must be younger than ``max_age`` and not from the future.
+``verify`` runs it over every candidate and says whether one passed, whether any could not
+be read, and why each one failed.
 """
 
 from __future__ import annotations
@@ -18,9 +23,17 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pinguard.attest.statement import KNOWN_PREDICATE_TYPES, AttestedAudit, read_statement
+from pinguard.attest.statement import (
+    KNOWN_PREDICATE_TYPES,
+    THRESHOLDS,
+    AttestedAudit,
+    looser,
+    read_statement,
+    threshold_name,
+)
 from pinguard.attest.store import Candidate
 from pinguard.errors import EnvelopeError
+from pinguard.models import Severity
 from pinguard.signing import dsse
 
 CLOCK_SKEW = _dt.timedelta(minutes=5)
@@ -34,6 +47,9 @@ class Demands:
     policy_digests: tuple[str, ...] | None = None  # hex; None: any policy
     max_age: _dt.timedelta | None = None
     allow_incomplete: bool = False
+    # the threshold the recorded findings are judged at here (None: never, verdict only)
+    fail_on: Severity | None = Severity.ERROR
+    allow_no_python: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +74,7 @@ class VerifyResult:
     reference: str
     image_digest: str
     checks: tuple[AttestationCheck, ...]
+    fail_on: str = "error"  # the threshold the attestations were judged at here
 
     @property
     def verified(self) -> bool:
@@ -88,8 +105,21 @@ def check_statement(
     if attested.predicate_type not in KNOWN_PREDICATE_TYPES:
         reasons.append(f"unknown predicate type {attested.predicate_type!r}")
         return tuple(reasons)
+    if attested.subject_count != 1:
+        reasons.append(
+            f"it names {attested.subject_count} subjects; a pinguard attestation names the one "
+            "image it audited"
+        )
+    if attested.image_digest is None:
+        reasons.append("its predicate names no image digest (image.digest)")
+    elif attested.image_digest != demands.image_digest:
+        reasons.append(
+            f"its predicate records an audit of {attested.image_digest}, not of the image "
+            f"{demands.image_digest}"
+        )
     if attested.verdict != "pass":
         reasons.append(f"the attested verdict is {attested.verdict!r}, not 'pass'")
+    reasons.extend(_judgement(attested, demands))
     if attested.incomplete and not demands.allow_incomplete:
         reasons.append(
             f"the audit could not read everything ({len(attested.incomplete)} item(s), "
@@ -111,6 +141,54 @@ def check_statement(
                 f"--max-age {_age(demands.max_age)}"
             )
     return tuple(reasons)
+
+
+def _counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {severity}" for severity, n in counts.items())
+
+
+def _judgement(attested: AttestedAudit, demands: Demands) -> list[str]:
+    """Re-judge the recorded audit at the caller's threshold and allowances: the reasons it
+    fails here. Whatever is missing or malformed fails (an older or hand-made statement)."""
+    reasons = []
+    required = threshold_name(demands.fail_on)
+    judged_at = attested.fail_on
+    if judged_at is None:
+        reasons.append("it records no threshold (failOn) its verdict was reached at")
+    elif judged_at not in THRESHOLDS:
+        reasons.append(f"its threshold failOn {judged_at!r} is not one of {', '.join(THRESHOLDS)}")
+    counts = attested.findings
+    if counts is None or attested.environments is None:
+        reasons.append(
+            "it records no finding counts per severity and environments (predicate.summary), "
+            f"so it cannot be judged at --fail-on {required}; attest the image again"
+        )
+        return reasons
+    over = counts.at_or_above(required)
+    if over and judged_at in THRESHOLDS and looser(str(judged_at), required):
+        reasons.append(
+            f"it was judged at --fail-on {judged_at}, looser than --fail-on {required} here, "
+            f"and records {_counted(over)} finding(s): judged at {required} it fails"
+        )
+    elif over:
+        reasons.append(
+            f"it records {_counted(over)} unwaived finding(s), at or above --fail-on {required}"
+        )
+    own = counts.at_or_above(str(judged_at)) if judged_at in THRESHOLDS else {}
+    if attested.verdict == "pass" and own:
+        reasons.append(
+            f"it contradicts itself: verdict 'pass' at --fail-on {judged_at} with "
+            f"{_counted(own)} finding(s)"
+        )
+    if attested.environments == 0 and not demands.allow_no_python:
+        how = " (attested with --allow-no-python)" if attested.allow_no_python else ""
+        reasons.append(
+            f"the audit found no Python environment in the image{how}; --allow-no-python "
+            "accepts that"
+        )
+    if attested.policy_source == "none":
+        reasons.append("it was judged under --policy none (an inventory): no rule could fail it")
+    return reasons
 
 
 def check_envelope(
@@ -174,8 +252,13 @@ def verify(
             )
             continue
         checks.append(check_envelope(c.envelope, key, demands, now, source=c.digest, via=c.via))
+    return _result(reference, demands, checks)
+
+
+def _result(reference: str, demands: Demands, checks: list[AttestationCheck]) -> VerifyResult:
     return VerifyResult(
         reference=reference,
         image_digest=demands.image_digest,
         checks=tuple(sorted(checks, key=lambda c: (not c.ok, c.source))),
+        fail_on=threshold_name(demands.fail_on),
     )

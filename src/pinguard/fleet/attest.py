@@ -4,7 +4,10 @@
 attaches it to the image's manifest in its registry (OCI referrers, or the ``sha256-<hex>``
 tag schema), so ``pinguard verify`` finds it. An incomplete audit is attested only with
 ``allow_incomplete`` (the predicate says so), as ``pinguard attest`` does; a reference that is
-not in a registry (``docker://``) is not attested. Returns the attestation's digest.
+not in a registry (``docker://``) is not attested. A run whose verdict judges nothing
+(``--fail-on never``, ``--policy none``) is refused with ``AttestError`` before anything is
+signed, as ``pinguard attest`` refuses it, so the worker records an error, never a pass with
+an attestation of a looser judgement. Returns the attestation's digest.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from pinguard.errors import AttestError
 from pinguard.models import AuditResult, Severity
 from pinguard.policy.model import Policy
 
@@ -34,6 +38,7 @@ def attest_result(
         build_statement,
         format_time,
         policy_digests,
+        require_judgement,
         statement_bytes,
     )
     from pinguard.attest.store import push_attestation
@@ -44,6 +49,10 @@ def attest_result(
 
     if not reference.startswith(DOCKER) or result.image.manifest_digest is None:
         return None
+    try:
+        require_judgement(fail_on, policy.source.kind)
+    except AttestError as exc:
+        raise AttestError(f"not attesting {reference}: {exc}") from None
     if result.incomplete and not allow_incomplete:
         return None
     now = _dt.datetime.now(tz=_dt.timezone.utc)
