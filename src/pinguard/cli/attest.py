@@ -6,6 +6,7 @@ the image's manifest in its registry as an OCI 1.1 referrer; with neither it goe
 An image that could not be read fully is never attested (exit 3) unless
 ``--allow-incomplete``, and then the predicate says so. Exit 0 when the attested verdict is
 ``pass``, 1 when it is ``fail`` (the attestation is written either way: it records the truth).
+``--fail-on never`` is refused (exit 2): it would sign ``pass`` whatever the audit found.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         build_statement,
         format_time,
         policy_digests,
+        require_judgement,
         statement_bytes,
     )
     from pinguard.signing import dsse
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.policy or "none" in args.policy:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
+    require_judgement(FAIL_ON[args.fail_on], None)  # --fail-on never: exit 2 before the audit
     if args.push and not args.reference.startswith(DOCKER):
         raise UsageError(
             f"--push needs a registry reference (docker://HOST/REPO:TAG), got {args.reference!r}"

@@ -6,7 +6,8 @@ referrers tag schema) or reads ``--attestation FILE`` envelopes, and checks each
 (``pinguard.attest.verify``). Exit 0 when one attestation satisfies every check, 1 when none
 does (each one's reasons are shown; also when there is none), 3 when the image or its
 referrers cannot be read, or when none passed and one of them could not be read. It never
-audits the image.
+audits the image: it re-judges the findings each attestation records at ``--fail-on``
+(default ``error``), whatever threshold the attestation was made at.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from pinguard.cli.common import source_options, write_output
+from pinguard.cli.common import FAIL_ON, source_options, write_output
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, UsageError
 
 _DURATION = re.compile(r"([0-9]+)([smhdw])")
@@ -38,8 +39,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="check that an image digest carries a valid, passing pinguard attestation",
         description="Resolve REF (docker://HOST/REPO:TAG or @DIGEST) to its digest and check "
         "the attestations attached to it: DSSE signature with --key, subject digest, predicate "
-        "type, verdict, and optionally the policy files and the age. Exit 0 verified, 1 not "
-        "verified, 3 unreadable.",
+        "type, verdict, the recorded findings judged at --fail-on, and optionally the policy "
+        "files and the age. Exit 0 verified, 1 not verified, 3 unreadable.",
     )
     p.add_argument("reference", metavar="REF")
     p.add_argument("--key", required=True, metavar="KEY.pub", help="PEM ECDSA P-256 public key")
@@ -64,6 +65,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--allow-incomplete",
         action="store_true",
         help="accept attestations of audits that could not read everything",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=sorted(FAIL_ON),
+        default="error",
+        help="judge each attestation's recorded findings at this threshold: it fails when it "
+        "records an unwaived finding at or above it, whatever --fail-on it was attested at "
+        "(default: error)",
+    )
+    p.add_argument(
+        "--allow-no-python",
+        action="store_true",
+        help="accept attestations of images without a Python environment",
     )
     p.add_argument("--platform", help="os/arch[/variant] to pick from a multi-platform image")
     p.add_argument("--insecure-registry", action="append", default=[], metavar="HOST")
@@ -103,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
             policy_digests=wanted,
             max_age=args.max_age,
             allow_incomplete=args.allow_incomplete,
+            fail_on=FAIL_ON[args.fail_on],
+            allow_no_python=args.allow_no_python,
         )
         display = f"docker://{reference}"
         if envelopes:
@@ -110,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
                 check_envelope(data, key, demands, now, source=name, via="file")
                 for name, data in envelopes
             )
-            result = VerifyResult(reference=display, image_digest=digest, checks=checks)
+            result = VerifyResult(display, digest, checks, fail_on=args.fail_on)
         else:
             result = verify(display, find_attestations(source, digest), key, demands, now)
     finally:
