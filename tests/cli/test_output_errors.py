@@ -1,7 +1,7 @@
 """``-o FILE`` that cannot be written: a clear error, exit 2, and the old file intact.
 
-The faults are real: a directory that does not exist, a "directory" that is a regular file,
-and a file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so writes fail with EFBIG as on
+The faults are real: a "directory" that is a regular file (the file's own folder, or one
+above it: missing folders are created, as trivy's ``-o`` does), and a file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so writes fail with EFBIG as on
 a full disk) set in a child process that runs the real command line. Tests run as root, so
 permission bits alone cannot make a directory unwritable; these faults do not depend on them.
 """
@@ -25,13 +25,15 @@ def demo(tmp_path: Path) -> str:
     return f"oci-archive:{path}:t"
 
 
-@pytest.mark.parametrize("where", ["missing-dir", "file-as-dir"])
+@pytest.mark.parametrize("where", ["file-above-missing-dir", "file-as-dir"])
 def test_unwritable_output_path(
     demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
 ) -> None:
     blocker = tmp_path / "plain-file"
     blocker.write_text("not a directory")
-    target = tmp_path / "nope" / "r.json" if where == "missing-dir" else blocker / "r.json"
+    target = (
+        blocker / "nope" / "r.json" if where == "file-above-missing-dir" else blocker / "r.json"
+    )
     code = main(["audit", demo, "--no-cache", "--format", "json", "-o", str(target)])
     _, err = capsys.readouterr()
     assert code == 2

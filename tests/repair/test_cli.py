@@ -36,7 +36,8 @@ def stub_audit(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_constraints_verify(
     indexes: Indexes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """-o writes the pins; --verify proves the good step and explains the bad one."""
+    """-o writes the pins; --verify proves the good step and explains the bad one, on stderr
+    (stdout stays free, as with every command's -o)."""
     out = tmp_path / "c.txt"
     code = main(
         [
@@ -53,8 +54,10 @@ def test_constraints_verify(
             str(_empty_policy(tmp_path)),
         ]
     )
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.err
     assert code == 0, text
+    assert captured.out == ""
     assert "torch==2.11.0+cu130" in out.read_text()
     assert "step 2: torch==2.11.0+cu130: satisfiable" in text
     assert "step 3: flashinfer-python==0.6.18.dev20261120: UNSATISFIABLE" in text

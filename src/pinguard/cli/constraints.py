@@ -1,5 +1,12 @@
 """`pinguard constraints`: write the known-good set as constraints, prove it with a resolver;
-`pinguard constraints check FILE...`: the pre-commit check of constraints files."""
+`pinguard constraints check FILE...`: the pre-commit check of constraints files.
+
+Without ``-o`` the constraints go to stdout; everything else (what was written where, the
+known-good state, notes, the verification) goes to stderr, with or without ``-o``, as every
+command's messages do. The target a lock or a verification is for is said when it was not
+read from the image: a ``dir:`` source's platform (this host's unless ``--platform``) and a
+glibc the image does not show (no ``libc6`` package; ``--glibc`` gives it).
+"""
 
 from __future__ import annotations
 
@@ -18,13 +25,21 @@ from pinguard.cli.common import (
     require_complete,
     run_audit,
 )
-from pinguard.errors import UsageError
+from pinguard.errors import EXIT_USAGE, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import AuditResult, Severity
 from pinguard.policy.effective import effective_policy
 
 if TYPE_CHECKING:
     from pinguard.repair.constraints import ConstraintSet
+    from pinguard.repair.resolve import TargetEnvironment, Verification
+
+
+def _glibc_arg(text: str) -> tuple[int, int]:
+    major, dot, minor = text.strip().partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR, e.g. 2.36: {text!r}")
+    return int(major), int(minor)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,7 +73,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also pin pip, setuptools and wheel (left out by default, as pip-compile does)",
     )
     p.add_argument(
-        "-o", "--output", metavar="FILE", help="constraints file to write (default: stdout)"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="constraints file to write, missing folders created (default: stdout)",
+    )
+    p.add_argument(
+        "--glibc",
+        type=_glibc_arg,
+        metavar="X.Y",
+        help="the image's glibc, for the wheels a pylock.toml may hold and the platform "
+        "--verify resolves for (default: the image's libc6 package; without one a lock "
+        "assumes 2.17, the oldest manylinux)",
     )
     g = p.add_argument_group("verification")
     g.add_argument(
@@ -93,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         fail_on=FAIL_ON[args.fail_on] or Severity.ERROR,
         allow_unsafe=args.allow_unsafe,
     )
-    report: TextIO = sys.stdout if (args.output or args.format == "uv") else sys.stderr
+    report: TextIO = sys.stderr  # stdout carries the constraints alone (without -o)
     if args.format == "pylock":
         return run_pylock(args, result, cs, report)
     if args.format == "uv":
@@ -129,19 +155,27 @@ def run_pylock(
     args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO
 ) -> int:
     """Write the known-good set as a PEP 751 pylock.toml; with --verify, install it with uv."""
+    import dataclasses
     import tempfile
 
     from pinguard.repair import pylock
-    from pinguard.repair.resolve import SimpleIndex, TargetEnvironment
+    from pinguard.repair.resolve import SimpleIndex
     from pinguard.repair.resolve.uv import install_lock
 
-    env = next((e for e in result.final.environments if e.path == cs.environment), None)
-    target = TargetEnvironment(env.python if env else None, result.image.platform)
+    target, source = _target(args, result, cs, out)
+    if target.glibc is None:
+        print(
+            f"note: {result.image.reference} has no libc6 package, so its glibc is unknown: "
+            f"wheels are chosen for glibc {'.'.join(map(str, pylock.DEFAULT_GLIBC))} "
+            "(manylinux2014, the oldest manylinux, which any glibc image runs); "
+            "--glibc X.Y locks for the image's own",
+            file=out,
+        )
+        target = dataclasses.replace(target, glibc=pylock.DEFAULT_GLIBC)
+        source = ""
     index = index_options(args)
     client = SimpleIndex(index.index_urls, index.find_links)
-    lock = pylock.build_lock(
-        cs, client=client, target=target, glibc=pylock.glibc_of(result.final.debs)
-    )
+    lock = pylock.build_lock(cs, client=client, target=target, glibc_source=source)
     text = pylock.render_pylock(lock)
     if args.output and not pylock.is_pylock(args.output):
         print(
@@ -170,7 +204,7 @@ def run_pylock(
     if outcome.ok and not wrong and not extra:
         print(
             f"verify: uv installed all {len(want)} locked packages at their locked versions"
-            f" (CPython {target.major_minor}, {result.image.platform})",
+            f" (CPython {target.major_minor}, {target.python_platform})",
             file=out,
         )
         return 0
@@ -186,26 +220,66 @@ def run_pylock(
     return 1
 
 
-def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO) -> int:
-    """Resolve every install step up to the bad one under the constraints."""
-    from pinguard.repair.resolve import (
-        TargetEnvironment,
-        parse_install_commands,
-        verify_constraints,
-    )
+def _target(
+    args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO
+) -> tuple[TargetEnvironment, str]:
+    """What a lock or a verification is for: the pinned environment's Python, the image's
+    platform (a ``dir:`` source has none: this host's, said in a note, unless --platform),
+    and its glibc (--glibc, else its libc6 package, else None) with where that came from."""
+    from pinguard.repair import pylock
+    from pinguard.repair.resolve import TargetEnvironment
+    from pinguard.target import host_platform
 
     env = next((e for e in result.final.environments if e.path == cs.environment), None)
-    target = TargetEnvironment(env.python if env else None, result.image.platform)
+    platform = result.image.platform
+    if platform is None:
+        platform = host_platform()
+        print(
+            f"note: {result.image.reference} names no platform (a directory has none): "
+            f"taking this host's, {platform} (--platform os/arch to choose)",
+            file=out,
+        )
+    glibc: tuple[int, int] | None = args.glibc
+    source = "given with --glibc" if glibc else ""
+    if glibc is None:
+        glibc = pylock.glibc_of(result.final.debs)
+        libc6 = next((d.version for d in result.final.debs if d.name == "libc6"), "")
+        source = f"the image's libc6 {libc6}" if glibc else ""
+    return TargetEnvironment(env.python if env else None, platform, glibc), source
+
+
+def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out: TextIO) -> int:
+    """Resolve every install step up to the bad one under the constraints; when no step can
+    be replayed (a ``dir:`` source has no history), resolve the known-good set itself, so a
+    verification never passes having resolved nothing."""
+    from pinguard.repair.resolve import parse_install_commands, verify_constraints
+
+    target, _source = _target(args, result, cs, out)
+    if target.glibc is None and target.python_platform:
+        print(
+            f"note: {result.image.reference} has no libc6 package, so its glibc is unknown: "
+            f"uv resolves for {target.python_platform}, at uv's own default glibc "
+            "(--glibc X.Y to resolve for the image's)",
+            file=out,
+        )
     given = index_options(args)
     lines = cs.lines()
     code = 0
+    replayed = 0
     last = cs.bad_step.index if cs.bad_step is not None else None
     for step in result.steps:
         if last is not None and step.index > last:
             break
         for command in parse_install_commands(step.created_by):
+            if command.skipped:
+                print(
+                    f"step {step.index}: not replayed: {' '.join(command.skipped)}"
+                    " (cannot be read outside the image)",
+                    file=out,
+                )
             if not command.requirements:
                 continue
+            replayed += 1
             index = given.merged(command.index).for_tool(command.command.tool)
             v = verify_constraints(
                 list(command.requirements),
@@ -233,49 +307,106 @@ def verify(args: argparse.Namespace, result: AuditResult, cs: ConstraintSet, out
                     file=out,
                 )
                 code = 1
-            if v.explanation is not None:
-                print(f"  why: {v.explanation.plain()}", file=out)
-                if v.alternatives:
-                    for alt in v.alternatives:
-                        print(
-                            f"  option: use {alt.package}=={alt.version}"
-                            " (its metadata agrees with the pins;"
-                            f" resolver: {'ok' if alt.verified else 'not tried'})",
-                            file=out,
-                        )
-                else:
-                    print(
-                        f"  option: no version of {v.explanation.culprit} on the index"
-                        " agrees with the pins",
-                        file=out,
-                    )
-                if v.override is not None:
-                    unmet = "; ".join(link.sentence() for link in v.override.unmet)
-                    state = "resolves" if v.override.satisfiable else "still does not resolve"
-                    print(
-                        f"  option: override {', '.join(v.override.overrides)} ({state});"
-                        f" then unmet: {unmet} - waive it in the policy",
-                        file=out,
-                    )
-                    if v.override.blocker is not None:
-                        print(f"    blocked: {v.override.blocker.sentence()}", file=out)
-                    elif v.override.blocked_by is not None:
-                        print(
-                            f"    blocked: the constraints still pin {v.override.blocked_by}",
-                            file=out,
-                        )
-                    elif not v.override.satisfiable:
-                        print("    blocked: the resolver said:", file=out)
-                        for line in v.output.strip().splitlines()[-6:]:
-                            print(f"      {line}", file=out)
-            elif not v.satisfiable:
-                print("  resolver said:", file=out)
-                for line in v.output.strip().splitlines():
-                    print(f"    {line}", file=out)
-    return code
+            _explain(v, out)
+    if replayed:
+        return code
+    return _verify_whole_set(args, result, cs, target, out)
+
+
+def _verify_whole_set(
+    args: argparse.Namespace,
+    result: AuditResult,
+    cs: ConstraintSet,
+    target: TargetEnvironment,
+    out: TextIO,
+) -> int:
+    """No step to replay: resolve the known-good set itself (each pin asked for, under the
+    whole set), which proves every pinned version is on the index for the target and that
+    their requirements agree. Exit 1 when it does not resolve, or when there is nothing."""
+    from pinguard.repair.resolve import verify_constraints
+
+    why = (
+        "a directory has no build history"
+        if result.image.transport == "dir"
+        else "no pip or uv install step in its history names a requirement"
+    )
+    asked = [
+        c.line
+        for c in cs.entries
+        if not (c.source == "policy" and c.note.startswith("not installed"))
+    ]
+    print(
+        f"verify: no install step of {result.image.reference} to replay ({why}); "
+        "resolving the known-good set itself instead",
+        file=out,
+    )
+    if not asked:
+        print("verify: FAILED: the known-good set is empty: nothing was verified", file=out)
+        return 1
+    v = verify_constraints(
+        asked, cs.lines(), index=index_options(args), target=target, resolver=args.resolver
+    )
+    verdict = "satisfiable" if v.satisfiable else "UNSATISFIABLE"
+    print(
+        f"known-good set ({len(asked)} pins) for CPython {target.major_minor}"
+        f" on {target.python_platform or target.platform}: {verdict} ({args.resolver})",
+        file=out,
+    )
+    for note in v.notes:
+        print(f"  note: {note}", file=out)
+    _explain(v, out)
+    return 0 if v.satisfiable else 1
+
+
+def _explain(v: Verification, out: TextIO) -> None:
+    """A refused resolution: the chain, the options and what blocks them."""
+    if v.explanation is not None:
+        print(f"  why: {v.explanation.plain()}", file=out)
+        if v.alternatives:
+            for alt in v.alternatives:
+                print(
+                    f"  option: use {alt.package}=={alt.version}"
+                    " (its metadata agrees with the pins;"
+                    f" resolver: {'ok' if alt.verified else 'not tried'})",
+                    file=out,
+                )
+        else:
+            print(
+                f"  option: no version of {v.explanation.culprit} on the index"
+                " agrees with the pins",
+                file=out,
+            )
+        if v.override is not None:
+            unmet = "; ".join(link.sentence() for link in v.override.unmet)
+            state = "resolves" if v.override.satisfiable else "still does not resolve"
+            print(
+                f"  option: override {', '.join(v.override.overrides)} ({state});"
+                f" then unmet: {unmet} - waive it in the policy",
+                file=out,
+            )
+            if v.override.blocker is not None:
+                print(f"    blocked: {v.override.blocker.sentence()}", file=out)
+            elif v.override.blocked_by is not None:
+                print(
+                    f"    blocked: the constraints still pin {v.override.blocked_by}",
+                    file=out,
+                )
+            elif not v.override.satisfiable:
+                print("    blocked: the resolver said:", file=out)
+                for line in v.output.strip().splitlines()[-6:]:
+                    print(f"      {line}", file=out)
+    elif not v.satisfiable:
+        print("  resolver said:", file=out)
+        for line in v.output.strip().splitlines():
+            print(f"    {line}", file=out)
 
 
 def run_check(args: argparse.Namespace, files: list[str]) -> int:
+    """Check each file against the policy: its problems on stdout (exit 1); a file that is
+    no constraints file, pyproject or lock, or holds nothing to check, is an error line
+    naming it (exit 2), after the other files are checked, so one run reports them all."""
+    from pinguard.cli import err
+    from pinguard.errors import ConfigError
     from pinguard.policy.load import load_run_policy
     from pinguard.repair import check
     from pinguard.repair import constraints as emit
@@ -284,14 +415,31 @@ def run_check(args: argparse.Namespace, files: list[str]) -> int:
         raise UsageError("constraints check needs at least one FILE")
     policy = effective_policy(load_run_policy(args.policy), targets=args.target)
     problems: list[check.CheckProblem] = []
+    errors: list[str] = []
+    skipped = 0
     for path in files:
         if path.lower().endswith(emit.NOT_CONSTRAINTS):
             # `constraints check constraints/*` passes the folder's README too
             print(
                 f"pinguard: skipped {path}: documentation, not a constraints file", file=sys.stderr
             )
+            skipped += 1
             continue
-        problems.extend(check.check_constraints(path, pins=policy.pins, forbidden=policy.forbidden))
+        try:
+            problems.extend(
+                check.check_constraints(path, pins=policy.pins, forbidden=policy.forbidden)
+            )
+        except (UsageError, ConfigError) as exc:
+            errors.append(str(exc))
+    if skipped == len(files):
+        raise UsageError(
+            f"constraints check: nothing to check: every file given is documentation "
+            f"({', '.join(files[:3])})"
+        )
     for p in problems:
         print(f"{p.file}:{p.line}: {p.constraint}: {p.message}")
+    for message in errors:
+        err(message)
+    if errors:
+        return EXIT_USAGE
     return 1 if problems else 0

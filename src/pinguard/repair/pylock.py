@@ -3,10 +3,12 @@
 :func:`build_lock` takes the same :class:`~pinguard.repair.constraints.ConstraintSet` the
 constraints file pins and, for the image's own Python and platform, finds each package's wheel
 files on the given index (tag compatibility with ``packaging.tags``: CPython tags for that
-Python, ``manylinux_2_x`` up to the image's glibc from its ``libc6`` package, then pure-Python
-tags), with their URLs and sha256 as the index gives them (or as hashed from a local
-``--find-links`` directory). Every package the index lacks for that target is named in one
-:class:`LockError`; the lock is never silently shorter than the set. :func:`render_pylock`
+Python, ``manylinux_2_x`` up to the image's glibc (its ``libc6`` package, or given; 2.17, the
+oldest manylinux, when unknown), then pure-Python tags), with their URLs and sha256 as the
+index gives them (or as hashed from a local ``--find-links`` directory). Every package the
+index lacks for that target is named in one :class:`LockError`, with the wheels of the wanted
+version that are there and what they need (a newer glibc than the one assumed, another
+Python); the lock is never silently shorter than the set. :func:`render_pylock`
 writes the TOML with tomlkit: ``lock-version``, ``environments`` (the target as a marker),
 ``requires-python``, ``created-by``, then sorted ``[[packages]]`` with ``[[packages.wheels]]``.
 :func:`read_pylock` returns ``(line, "name==version")`` pairs for ``constraints check``.
@@ -20,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tomlkit
 import tomlkit.exceptions
@@ -38,6 +41,11 @@ LOCK_VERSION = "1.0"
 DEFAULT_GLIBC = (2, 17)  # manylinux2014's baseline, when the image's glibc is unknown
 _LIBC6 = re.compile(r"^(?:\d+:)?(\d+)\.(\d+)")
 _PYLOCK_NAME = re.compile(r"^pylock\.([^.]+\.)?toml$")
+_MANYLINUX = re.compile(
+    r"^(?:manylinux_(?P<major>\d+)_(?P<minor>\d+)|(?P<legacy>manylinux(?:2014|2010|1)))_(?P<arch>.+)$"
+)
+_LEGACY = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
+_ANY_GLIBC = (2, 99)  # wide enough for any manylinux tag: which wheels fit but for the glibc
 
 
 class LockError(ResolveError):
@@ -88,6 +96,10 @@ def glibc_of(debs: Sequence[DebPackage]) -> tuple[int, int] | None:
     return None
 
 
+def _glibc_text(glibc: tuple[int, int]) -> str:
+    return f"{glibc[0]}.{glibc[1]}"
+
+
 def _platforms(machine: str, glibc: tuple[int, int]) -> list[str]:
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     out: list[str] = []
@@ -113,11 +125,17 @@ def target_tags(target: TargetEnvironment, glibc: tuple[int, int] | None) -> tup
     except ValueError as exc:
         raise UsageError(f"cannot read the Python version {mm!r}") from exc
     platform = target.platform
-    if platform is None or platform.os != "linux":
+    if platform is None:
         raise UsageError(
-            f"pinguard locks for linux images only (the image platform is {platform!s})"
+            "a pylock.toml is for one platform, and the image's is unknown "
+            "(a dir: source has none): give --platform linux/ARCH, e.g. linux/amd64"
         )
-    platforms = _platforms(platform_machine(platform), glibc or DEFAULT_GLIBC)
+    if platform.os != "linux":
+        raise UsageError(
+            f"pinguard locks for linux targets only, and the platform is {platform} "
+            "(--platform linux/ARCH to lock for a Linux image)"
+        )
+    platforms = _platforms(platform_machine(platform), glibc or target.glibc or DEFAULT_GLIBC)
     interpreter = f"cp{version[0]}{version[1]}"
     return (
         *tags.cpython_tags(version, platforms=platforms),
@@ -165,20 +183,100 @@ def _python_ok(file: IndexFile, python: Version) -> bool:
         return True
 
 
+def _glibc_needed(filename: str, machine: str) -> tuple[int, int] | None:
+    """The oldest glibc one of a wheel's ``manylinux`` tags for ``machine`` asks for."""
+    try:
+        _n, _v, _b, file_tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    found: list[tuple[int, int]] = []
+    for tag in file_tags:
+        m = _MANYLINUX.match(tag.platform)
+        if m and m.group("arch") == machine:
+            if m.group("legacy"):
+                found.append(_LEGACY[m.group("legacy")])
+            else:
+                found.append((int(m.group("major")), int(m.group("minor"))))
+    return min(found) if found else None
+
+
+def _missing(
+    entry_line: str,
+    spec: SpecifierSet,
+    files: Sequence[IndexFile],
+    target: TargetEnvironment,
+    glibc: tuple[int, int],
+    needs: list[tuple[int, int]],
+) -> str:
+    """Why no wheel of ``entry_line`` fits: what the index has, and, when it has the wanted
+    version, its wheels and what they need (a newer glibc goes to ``needs``)."""
+    have = sorted({str(f.version) for f in files}, key=Version, reverse=True)[:6]
+    listed = ", ".join(have) if have else "no wheels of it"
+    text = f"{entry_line}: no wheel for this target on the index (it has {listed})"
+    wanted = sorted(
+        (f for f in files if spec.contains(f.version, prereleases=True)),
+        key=lambda f: f.filename,
+    )
+    if not wanted:
+        return text
+    # with any glibc, which of the wanted version's wheels would fit: those need a newer one
+    wide = frozenset(target_tags(target, _ANY_GLIBC))
+    python = Version(target.python_version or target.major_minor or "0")
+    machine = platform_machine(target.platform) if target.platform else ""
+    newer = [
+        need
+        for f in wanted
+        if _fits(f, wide)
+        and _python_ok(f, python)
+        and (need := _glibc_needed(f.filename, machine)) is not None
+        and need > glibc
+    ]
+    names = ", ".join(f.filename for f in wanted[:3]) + (
+        f" and {len(wanted) - 3} more" if len(wanted) > 3 else ""
+    )
+    if newer:
+        need = min(newer)
+        needs.append(need)
+        return f"{text}; its wheels need glibc {_glibc_text(need)} or newer: {names}"
+    return f"{text}; its wheels are for other targets (Python, machine or OS): {names}"
+
+
+def _glibc_hint(glibc: tuple[int, int], source: str, need: tuple[int, int]) -> str:
+    """The line under a lock error that says which glibc was used, why, and how to change it."""
+    why = (
+        f"the image's glibc, {_glibc_text(glibc)} ({source})"
+        if source
+        else f"glibc {_glibc_text(glibc)}, assumed since the image's glibc is unknown (it has "
+        "no libc6 package): manylinux2014, the oldest manylinux, which any glibc image runs"
+    )
+    return (
+        f"wheels were chosen for {why}; if the image's glibc is {_glibc_text(need)} or newer "
+        f"(`ldd --version` in the image), give it with --glibc {_glibc_text(need)}"
+    )
+
+
 def build_lock(
     cs: ConstraintSet,
     *,
     client: SimpleIndex,
     target: TargetEnvironment,
     glibc: tuple[int, int] | None = None,
+    glibc_source: str = "",
 ) -> Lock:
     """The lock of ``cs`` for ``target`` from ``client``'s indexes (see the module docstring).
 
     Exact pins lock that version; a policy range (a pinned package whose known-good version
     fell outside the policy) locks the newest version in the range with a fitting wheel;
     policy pins on packages the known-good state lacks are not installed, so not locked.
+    The glibc is ``glibc``, else ``target.glibc``, else :data:`DEFAULT_GLIBC`, assumed;
+    ``glibc_source`` says where a known one came from (``"the image's libc6 2.36-9"``), for
+    the lock's header and its errors.
     """
-    supported = frozenset(target_tags(target, glibc))
+    known = glibc or target.glibc
+    used = known or DEFAULT_GLIBC
+    source = glibc_source if known else ""
+    supported = frozenset(target_tags(target, used))
+    needs: list[tuple[int, int]] = []
     python = Version(target.python_version or target.major_minor or "0")
     packages: list[LockedPackage] = []
     problems: list[str] = []
@@ -200,11 +298,7 @@ def build_lock(
             reverse=True,
         )
         if not wanted:
-            have = sorted({str(f.version) for f in files}, key=Version, reverse=True)[:6]
-            listed = ", ".join(have) if have else "no wheels of it"
-            problems.append(
-                f"{entry.line}: no wheel for this target on the index (it has {listed})"
-            )
+            problems.append(_missing(entry.line, spec, files, target, used, needs))
             continue
         version = wanted[0]
         chosen = sorted((f for f in fitting if f.version == version), key=lambda f: f.filename)
@@ -227,16 +321,23 @@ def build_lock(
             )
     if problems:
         where = ", ".join(client.index_urls + client.find_links) or "no index"
+        hint = [_glibc_hint(used, source, max(needs))] if needs else []
         raise LockError(
             f"cannot lock {len(problems)} of {len(cs.entries)} packages for CPython "
-            f"{target.major_minor} on {target.platform} from {where}:\n  " + "\n  ".join(problems)
+            f"{target.major_minor} on {target.platform}, glibc {_glibc_text(used)}, from "
+            f"{where}:\n  " + "\n  ".join(problems + hint)
         )
     mm = target.major_minor
+    glibc_line = (
+        f"glibc: {_glibc_text(used)} ({source})"
+        if source
+        else f"glibc: {_glibc_text(used)} (assumed: the image has no libc6 package; --glibc X.Y)"
+    )
     return Lock(
         packages=tuple(sorted(packages, key=lambda p: p.name)),
         environment_marker=environment_marker(target),
         requires_python=f"=={mm}.*" if mm else None,
-        comments=tuple(header(cs)[:-1]),
+        comments=(*header(cs)[:-1], glibc_line),
     )
 
 
@@ -285,15 +386,27 @@ def read_pylock(path: str | os.PathLike[str]) -> list[tuple[int, str]]:
         doc = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as exc:
         raise ConfigError(f"{str(p)!r} is not valid TOML: {exc}") from exc
+    return pylock_entries(doc, text, str(p))
+
+
+def looks_like_pylock(doc: dict[str, Any]) -> bool:
+    """A parsed TOML document that is a PEP 751 lock by its content (``lock-version`` or a
+    ``[[packages]]`` array), whatever the file is called."""
+    return "lock-version" in doc or isinstance(doc.get("packages"), list)
+
+
+def pylock_entries(doc: dict[str, Any], text: str, label: str) -> list[tuple[int, str]]:
+    """``(line number, "name==version")`` for each ``[[packages]]`` entry of a parsed lock
+    (``text`` its source, for the line numbers; ``label`` names the file in errors)."""
     packages = doc.get("packages")
     if not isinstance(packages, list):
-        raise ConfigError(f"{str(p)!r} has no [[packages]] array: not a PEP 751 lock file")
+        raise ConfigError(f"{label!r} has no [[packages]] array: not a PEP 751 lock file")
     lines = text.splitlines()
     out: list[tuple[int, str]] = []
     cursor = 0
     for entry in packages:
         if not isinstance(entry, dict) or "name" not in entry:
-            raise ConfigError(f"{str(p)!r}: a [[packages]] entry has no name")
+            raise ConfigError(f"{label!r}: a [[packages]] entry has no name")
         name = str(entry["name"])
         number = 0
         for i in range(cursor, len(lines)):

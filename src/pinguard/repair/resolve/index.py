@@ -49,6 +49,10 @@ JSON_ACCEPT = (
 if TYPE_CHECKING:
     import requests
 
+#: The glibc minors of the manylinux targets uv's ``--python-platform`` takes (2.17, 2.28,
+#: 2.31 ... 2.40); a glibc between two is resolved for the one below it, never above.
+UV_MANYLINUX = (17, 28, *range(31, 41))
+
 
 class IndexFetchError(ResolveError):
     """An index page or metadata file could not be fetched or parsed."""
@@ -60,6 +64,7 @@ class TargetEnvironment:
 
     python_version: str | None = None
     platform: Platform | None = None
+    glibc: tuple[int, int] | None = None  # the image's glibc (major, minor), when known
 
     @property
     def major_minor(self) -> str | None:
@@ -67,13 +72,18 @@ class TargetEnvironment:
 
     @property
     def python_platform(self) -> str | None:
-        """uv's ``--python-platform`` triple for the image platform, when linux."""
+        """uv's ``--python-platform`` for the image platform, when linux: with a known glibc
+        the newest manylinux target uv knows at or below it (``x86_64-manylinux_2_36``), else
+        uv's plain ``x86_64-unknown-linux-gnu`` (whose glibc is uv's own default)."""
         if self.platform is None or self.platform.os != "linux":
             return None
         machine = platform_machine(self.platform)
-        if machine in {"x86_64", "aarch64"}:
-            return f"{machine}-unknown-linux-gnu"
-        return None
+        if machine not in {"x86_64", "aarch64"}:
+            return None
+        if self.glibc is not None and self.glibc[0] == 2:
+            below = [m for m in UV_MANYLINUX if m <= self.glibc[1]]
+            return f"{machine}-manylinux_2_{below[-1] if below else UV_MANYLINUX[0]}"
+        return f"{machine}-unknown-linux-gnu"
 
     def markers(self) -> dict[str, str]:
         """A PEP 508 marker environment for this target (the host's values where unknown)."""

@@ -296,15 +296,39 @@ class InstallResult:
     command: tuple[str, ...]
 
 
+def _without_requires_python(path: Path) -> str:
+    """A lock's text without its ``requires-python`` keys (the lock's own and its packages')."""
+    import tomlkit
+    import tomlkit.exceptions
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        doc = tomlkit.parse(text)
+    except OSError as exc:
+        raise ResolveError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    except tomlkit.exceptions.TOMLKitError as exc:
+        raise ResolveError(f"{str(path)!r} is not valid TOML: {exc}") from exc
+    doc.pop("requires-python", None)
+    for package in doc.get("packages", []):
+        package.pop("requires-python", None)
+    return tomlkit.dumps(doc)
+
+
 def install_lock(
     lock_file: str | os.PathLike[str], *, target: TargetEnvironment, timeout: float = 600.0
 ) -> InstallResult:
     """Install a pylock.toml with ``uv pip install --target`` into a temporary directory for
-    ``target``'s Python and platform, and read back which distributions landed there."""
+    ``target``'s Python and platform (a copy without ``requires-python``, which uv checks
+    against the host's interpreter), and read back which distributions landed there."""
     from importlib import metadata
 
     with tempfile.TemporaryDirectory(prefix="pinguard-lock-") as tmp:
         site = Path(tmp, "site")
+        # uv checks a lock's requires-python against the interpreter that runs it, never
+        # against --python-version: a 3.12 lock would not install from a 3.11 host. The
+        # copy drops it; the lock's environments marker still names the target's Python.
+        copy = Path(tmp, "pylock.toml")
+        copy.write_text(_without_requires_python(Path(lock_file)), encoding="utf-8")
         command = [
             uv_bin(),
             "pip",
@@ -320,7 +344,7 @@ def install_lock(
             str(site),
             *target_args(target),
             "-r",
-            str(Path(lock_file).resolve()),
+            str(copy),
         ]
         proc = run(command, timeout=timeout, cwd=tmp)
         installed = sorted(
