@@ -381,24 +381,34 @@ class AuditResult:
         """The one sentence every format shows for ``no_python``."""
         return f"no Python environment found in {self.image.reference}"
 
+    @property
+    def unproven(self) -> tuple[LayerRead, ...]:
+        """The layers read lazily (``--layer-read lazy``): what the audit saw of them rests on
+        their zstd:chunked TOC's word, since only the whole tar proves a DiffID."""
+        return tuple(r for r in self.layer_reads if r.mode == "lazy")
+
     def verdict(
         self,
         fail_on: Severity | None,
         allow_incomplete: bool = False,
         allow_no_python: bool = False,
+        allow_unproven: bool = False,
     ) -> str:
         """``pass`` or ``fail`` for findings at or above ``fail_on`` (None: never).
 
         Something incomplete fails unless ``allow_incomplete``; an image without any Python
         environment fails unless ``allow_no_python`` (for a gate on Python drift it is most
-        likely the wrong image or a missed environment)."""
+        likely the wrong image or a missed environment). A lazy read may fail a verdict but
+        never pass one: what would pass on unproven layers fails, or with ``allow_unproven``
+        is ``unproven``, a verdict no consumer takes for a pass."""
         if self.incomplete and not allow_incomplete:
             return "fail"
         if self.no_python and not allow_no_python:
             return "fail"
-        if fail_on is None:
-            return "pass"
-        for f in self.findings:
-            if not f.waived and f.severity.rank >= fail_on.rank:
-                return "fail"
+        if fail_on is not None:
+            for f in self.findings:
+                if not f.waived and f.severity.rank >= fail_on.rank:
+                    return "fail"
+        if self.unproven:
+            return "unproven" if allow_unproven else "fail"
         return "pass"

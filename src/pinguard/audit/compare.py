@@ -133,12 +133,19 @@ class Comparison:
         fail_on: Severity | None,
         allow_incomplete: bool = False,
         allow_no_python: bool = False,
+        allow_unproven: bool = False,
     ) -> str:
         """``pass`` or ``fail``, as for an audit (what either side could not read fails, and
-        so does a side without any Python environment unless ``allow_no_python``)."""
+        so does a side without any Python environment unless ``allow_no_python``; a side
+        read lazily makes a pass ``unproven``, or ``fail`` unless ``allow_unproven``)."""
         if self.a.no_python and not allow_no_python:
             return "fail"
-        return self.directional().verdict(fail_on, allow_incomplete, allow_no_python)
+        verdict = self.directional().verdict(
+            fail_on, allow_incomplete, allow_no_python, allow_unproven
+        )
+        if verdict == "pass" and self.a.unproven:
+            return "unproven" if allow_unproven else "fail"
+        return verdict
 
 
 def _layer_ids(result: AuditResult) -> list[tuple[str, Step]]:
@@ -238,10 +245,14 @@ class PlatformComparison:
         fail_on: Severity | None,
         allow_incomplete: bool = False,
         allow_no_python: bool = False,
+        allow_unproven: bool = False,
     ) -> str:
-        """``fail`` when any platform fails."""
-        verdicts = {r.verdict(fail_on, allow_incomplete, allow_no_python) for r in self.results}
-        return "fail" if "fail" in verdicts else "pass"
+        """``fail`` when any platform fails, else ``unproven`` when any is."""
+        verdicts = {
+            r.verdict(fail_on, allow_incomplete, allow_no_python, allow_unproven)
+            for r in self.results
+        }
+        return next((v for v in ("fail", "unproven") if v in verdicts), "pass")
 
 
 def compare_platforms(

@@ -52,6 +52,7 @@ def render_options(args: argparse.Namespace, watch: tuple[str, ...] = ()) -> Ren
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
         allow_no_python=args.allow_no_python,
+        allow_unproven=getattr(args, "allow_unproven", False),
         dockerfile=getattr(args, "dockerfile", None),
         watch=watch,
         show_all=getattr(args, "show_all", False),

@@ -72,7 +72,15 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
         help="full: stream every layer and prove its DiffID (default); lazy: read a "
         "zstd:chunked layer from its table of contents and only the chunks the analyzers "
         "need, each verified against the TOC (the DiffID is not proven; other layers, or "
-        "one that does not verify, are read in full)",
+        "one that does not verify, are read in full). A lazy read may fail the gate; a pass "
+        "is confirmed by reading the lazily read layers in full, unless --allow-unproven",
+    )
+    g.add_argument(
+        "--allow-unproven",
+        action="store_true",
+        help="with --layer-read lazy: take a pass on layers whose DiffIDs were not proven "
+        "without the full read that confirms it; the verdict is then 'unproven', which no "
+        "gate, attestation or fleet record counts as a pass (exit 0 for this command only)",
     )
     defaults = LayerLimits()
     g.add_argument(
@@ -354,9 +362,18 @@ def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
 
 
 def judge(
-    result: AuditResult, args: argparse.Namespace, policy: Policy | None = None
+    result: AuditResult,
+    args: argparse.Namespace,
+    policy: Policy | None = None,
+    *,
+    confirm: bool = True,
 ) -> AuditResult:
-    """Apply the policy (given, or from files, discovered, or the built-in default)."""
+    """Apply the policy (given, or from files, discovered, or the built-in default).
+
+    A lazy read that would pass is confirmed (``confirm``): the image is audited again with
+    every layer read in full and its DiffID proven, and that audit is judged and returned, so
+    a TOC that lies cannot pass a gate. A lazy read that fails is returned as it is (failing
+    fast is what lazy is for), and so is an unproven pass under ``--allow-unproven``."""
     import dataclasses
 
     from pinguard.policy.engine import evaluate
@@ -371,7 +388,18 @@ def judge(
         today=_dt.date.today(),
         file_digests=dict(result.file_digests) if args.verify_records else None,
     )
-    return dataclasses.replace(result, findings=tuple(findings), policy=policy.source)
+    judged = dataclasses.replace(result, findings=tuple(findings), policy=policy.source)
+    if confirm and judged.unproven and _verdict(judged, args, allow_unproven=True) != "fail":
+        if getattr(args, "allow_unproven", False):
+            return judged
+        full = argparse.Namespace(**{**vars(args), "layer_read": "full"})
+        confirmed = judge(run_audit(full, result.image.reference), full, policy, confirm=False)
+        note = (
+            f"the lazy read's pass was confirmed by a full read: {len(judged.unproven)} "
+            "layer(s) streamed whole and their DiffIDs proven"
+        )
+        return dataclasses.replace(confirmed, notes=(*confirmed.notes, note))
+    return judged
 
 
 def require_complete(result: AuditResult, args: argparse.Namespace, output: str) -> None:
@@ -392,9 +420,19 @@ def require_complete(result: AuditResult, args: argparse.Namespace, output: str)
         )
 
 
+def _verdict(result: AuditResult, args: argparse.Namespace, allow_unproven: bool) -> str:
+    return result.verdict(
+        FAIL_ON[getattr(args, "fail_on", "error")],
+        getattr(args, "allow_incomplete", False),
+        getattr(args, "allow_no_python", False),
+        allow_unproven,
+    )
+
+
 def exit_code(result: AuditResult, args: argparse.Namespace) -> int:
-    verdict = result.verdict(FAIL_ON[args.fail_on], args.allow_incomplete, args.allow_no_python)
-    return 0 if verdict == "pass" else 1
+    """0 for a pass, and for an unproven one that ``--allow-unproven`` accepts; else 1."""
+    verdict = _verdict(result, args, getattr(args, "allow_unproven", False))
+    return 0 if verdict in ("pass", "unproven") else 1
 
 
 def write_output(path: str, text: str, what: str) -> None:

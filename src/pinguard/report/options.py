@@ -25,7 +25,11 @@ class Judged(Protocol):
     """What has a verdict: an ``AuditResult``, a ``Comparison``, a ``PlatformComparison``."""
 
     def verdict(
-        self, fail_on: Severity | None, allow_incomplete: bool = ..., allow_no_python: bool = ...
+        self,
+        fail_on: Severity | None,
+        allow_incomplete: bool = ...,
+        allow_no_python: bool = ...,
+        allow_unproven: bool = ...,
     ) -> str: ...
 
 
@@ -39,6 +43,9 @@ class RenderOptions:
     allow_incomplete: bool = False
     # a verdict may pass although the image has no Python environment (--allow-no-python)
     allow_no_python: bool = False
+    # a pass on layers read lazily, their DiffIDs unproven, is "unproven" (--allow-unproven)
+    # rather than "fail"
+    allow_unproven: bool = False
     # the report's title: Markdown's heading, JUnit's suite name
     title: str = "pinguard"
     # SARIF: the Dockerfile results point at, its text (read from the path when None), and
@@ -78,7 +85,9 @@ class RenderOptions:
 
     def verdict(self, judged: Judged) -> str:
         """``judged``'s verdict at these options' threshold and allowances."""
-        return judged.verdict(self.fail_on, self.allow_incomplete, self.allow_no_python)
+        return judged.verdict(
+            self.fail_on, self.allow_incomplete, self.allow_no_python, self.allow_unproven
+        )
 
 
 DEFAULT_OPTIONS = RenderOptions()
