@@ -153,7 +153,8 @@ def test_an_unproven_pass_is_accepted_only_in_so_many_words(tmp_path: Path, chun
     )
     assert code == 0
     verdicts = [line for line in out.splitlines() if line.startswith("verdict:")]
-    assert verdicts and verdicts[0].startswith("verdict: unproven"), out
+    assert verdicts, out
+    assert verdicts[0].startswith("verdict: unproven"), out
     assert "--allow-unproven" in verdicts[0]
 
 
