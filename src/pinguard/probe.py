@@ -7,8 +7,12 @@ named modules (or loads named libraries by path, as an extension module would), 
 ``/proc/self/maps``. The prediction comes from auditing the same container's root filesystem
 (``buildah mount``, read as a ``dir:`` source): for each watched soname the process mapped,
 the file the resolutions of the loaded packages' consumers give. A disagreement is a
-finding. This sits beside the CLI, above the audit, like the in-build guard: it starts
-processes, which nothing below it does.
+finding. The image is named as the audit names it (``sources.resolve_reference``): a name
+in local storage (``localhost/app:1``, ``containers-storage:NAME``), or a local OCI archive,
+docker archive or OCI layout (``app.tar``, ``oci-archive:app.tar:TAG``), which buildah imports
+into local storage to run; a root filesystem (``dir:``) is refused, since nothing there says how
+to run it, and so is a path that does not exist. This sits beside the CLI, above the audit,
+like the in-build guard: it starts processes, which nothing below it does.
 """
 
 from __future__ import annotations
@@ -92,6 +96,22 @@ def _buildah() -> str:
     return found
 
 
+def buildah_reference(text: str) -> str:
+    """What ``buildah from`` is given for the image ``text`` names, read as the audit reads
+    it: a local archive or layout by its transport (``pg.tar`` -> ``oci-archive:pg.tar``), a
+    name as it stands (local storage; nothing is pulled). Raises ``UsageError`` for a root
+    filesystem and what ``resolve_reference`` raises (``no such file: PATH``)."""
+    from pinguard.sources import resolve_reference
+
+    ref = resolve_reference(text)
+    if ref.transport == "dir":
+        raise UsageError(
+            f"probe runs an image; {text} is a {ref.kind} (dir:), which has no image config "
+            "to run it by: give an image archive, an OCI layout or a name in local storage"
+        )
+    return ref.canonical
+
+
 def _run(cmd: Sequence[str], what: str) -> str:
     done = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -100,13 +120,26 @@ def _run(cmd: Sequence[str], what: str) -> str:
     return done.stdout
 
 
+def _from(buildah: str, image: str) -> str:
+    """A working container of ``image`` (never pulled); its name."""
+    try:
+        out = _run([buildah, "from", "--pull=never", image], f"buildah from {image}")
+    except ProbeError as exc:
+        if "image not known" not in str(exc):
+            raise
+        raise ProbeError(
+            f"{exc} (probe runs an image in local storage or a local archive and pulls "
+            "nothing: podman pull it first, or give its archive)"
+        ) from None
+    return out.strip().splitlines()[-1]
+
+
 def observe(image: str, loads: Sequence[tuple[str, str]], python: str = "python3") -> list[str]:
     """The files a process of ``image`` maps after the ``loads`` (real paths in the image)."""
     if not loads:
         raise UsageError("probe: name at least one --import MODULE or --load PATH")
     buildah = _buildah()
-    container = _run([buildah, "from", "--pull=never", image], f"buildah from {image}")
-    container = container.strip().splitlines()[-1]
+    container = _from(buildah, image)
     try:
         out = _run(
             [
@@ -134,8 +167,7 @@ def observe(image: str, loads: Sequence[tuple[str, str]], python: str = "python3
 def predict(image: str) -> AuditResult:
     """The audit of the image's root filesystem, as a container of it mounts it."""
     buildah = _buildah()
-    container = _run([buildah, "from", "--pull=never", image], f"buildah from {image}")
-    container = container.strip().splitlines()[-1]
+    container = _from(buildah, image)
     try:
         root = _run([buildah, "mount", container], f"buildah mount {image}").strip()
         return audit_directory(root, reference=image)
@@ -183,7 +215,11 @@ def compare(
 def probe(
     image: str, loads: Sequence[tuple[str, str]], python: str = "python3"
 ) -> tuple[ProbeResult, AuditResult]:
-    """Run the loads in ``image`` and compare with the audit of its root filesystem."""
-    mapped = observe(image, loads, python)
-    result = predict(image)
-    return compare(image, loads, mapped, result), result
+    """Run the loads in ``image`` (any reference ``buildah_reference`` takes) and compare
+    with the audit of its root filesystem."""
+    target = buildah_reference(image)
+    if not loads:
+        raise UsageError("probe: name at least one --import MODULE or --load PATH")
+    mapped = observe(target, loads, python)
+    result = predict(target)
+    return compare(target, loads, mapped, result), result

@@ -104,7 +104,7 @@ def test_a_local_path_that_is_no_image_is_named_when_the_reference_fails(
     # localhost/...: a registry on localhost:443, where nothing listens
     code, _, err = cli_streams("audit", "localhost/app.tar.gz", "--no-cache")
     assert code == 3
-    assert "request to localhost failed" in err  # the transport error line (issue 22)
+    assert "could not reach localhost: connection refused" in err  # one line (issues 22, 28)
     assert "a local path 'localhost/app.tar.gz' exists, but it is gzip-compressed" in err
 
 

@@ -377,7 +377,10 @@ def test_connection_errors_are_retried_then_reported() -> None:
     from tests.infra.registry import free_port
 
     source = RegistrySource(f"127.0.0.1:{free_port()}/app/x:1", SourceOptions(max_retries=1))
-    with pytest.raises(SourceError, match=r"request to 127\.0\.0\.1:\d+ failed after 2 attempts: "):
+    with pytest.raises(
+        SourceError,
+        match=r"could not reach 127\.0\.0\.1:\d+: connection refused \(after 2 attempts\)",
+    ):
         source.resolve()
 
 

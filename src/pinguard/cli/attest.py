@@ -81,14 +81,21 @@ def run(args: argparse.Namespace) -> int:
     if not args.policy or "none" in args.policy:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
     require_judgement(FAIL_ON[args.fail_on], None)  # --fail-on never: exit 2 before the audit
-    if args.push and not args.reference.startswith(DOCKER):
+    from pinguard.sources import resolve_reference
+
+    target = resolve_reference(args.reference)  # a bad reference or a missing file: at once
+    registry_name = target.registry_name
+    if args.push and registry_name is None:
         raise UsageError(
-            f"--push needs a registry reference (docker://HOST/REPO:TAG), got {args.reference!r}"
+            f"--push needs a registry reference (docker://HOST/REPO:TAG); {args.reference} is "
+            f"a {target.kind}"
         )
     now = attestation_time()
     key = load_private_key(args.key)
     policy = load_run_policy(args.policy)
-    result = judge(run_audit(args, args.reference), args, policy)
+    # --push attests the registry's copy, where it is attached: a bare NAME is read there
+    audited = DOCKER + registry_name if args.push and registry_name else args.reference
+    result = judge(run_audit(args, audited), args, policy)
     if result.incomplete and not args.allow_incomplete:
         from pinguard.cli import err
 
@@ -115,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         from pinguard.sources.registry import RegistrySource
 
         digest = str(result.image.manifest_digest)
-        source = RegistrySource(args.reference[len(DOCKER) :], source_options(args))
+        assert registry_name is not None  # refused above
+        source = RegistrySource(registry_name, source_options(args))
         try:
             attached = push_attestation(
                 source,

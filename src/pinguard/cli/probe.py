@@ -33,12 +33,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "probe",
         help="run the image's Python, import modules, and compare the mapped libraries with "
         "the audit's prediction",
-        description="Run a locally stored image (buildah), import modules or load libraries "
+        description="Run a locally stored image or a local image archive (buildah), import "
+        "modules or load libraries "
         "by path, read /proc/self/maps, and compare each watched library (NCCL, cuDNN, cuBLAS, "
         "cudart) with what the audit of the same root filesystem predicts. Exit 1 when they "
         "disagree.",
     )
-    p.add_argument("image", metavar="IMAGE", help="an image in local container storage")
+    p.add_argument(
+        "image",
+        metavar="IMAGE",
+        help="an image in local container storage, or a local OCI archive, docker archive or "
+        "OCI layout (PATH, oci-archive:PATH[:TAG], ...), as audit reads it",
+    )
     p.add_argument("--import", action=_Ordered, metavar="MODULE", dest="loads_import")
     p.add_argument("--load", action=_Ordered, metavar="PATH", dest="loads_load")
     p.add_argument("--python", default="python3", help="the interpreter in the image")

@@ -1,9 +1,14 @@
 """`pinguard verify REF --key KEY.pub`: is this digest attested, signed, passing, current?
 
-Resolves REF in its registry to a manifest digest (``--platform`` picks from an index, as
-the audit does), finds the attestations attached to that digest (referrers API, then the
-referrers tag schema) or reads ``--attestation FILE`` envelopes, and checks each one
-(``pinguard.attest.verify``). Exit 0 when one attestation satisfies every check, 1 when none
+REF is read as the audit reads it (``sources.resolve_reference``). A registry reference
+(``docker://HOST/REPO:TAG``, or a bare ``HOST/REPO:TAG``, which verify looks up in the
+registry, where attestations live) is resolved to a manifest digest (``--platform`` picks from
+an index, as the audit does), and the attestations attached to that digest are found
+(referrers API, then the referrers tag schema). ``--attestation FILE`` envelopes are checked
+instead, and then REF may also be a local image (an OCI or docker archive, a layout): its
+manifest digest is what they must name. A local REF without ``--attestation`` is a usage error
+(exit 2) saying what REF is; it is never taken for a registry host. Each envelope is checked
+by ``pinguard.attest.verify``. Exit 0 when one attestation satisfies every check, 1 when none
 does (each one's reasons are shown; also when there is none), 3 when the image or its
 referrers cannot be read, or when none passed and one of them could not be read. It never
 audits the image: it re-judges the findings each attestation records at ``--fail-on``
@@ -40,7 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Resolve REF (docker://HOST/REPO:TAG or @DIGEST) to its digest and check "
         "the attestations attached to it: DSSE signature with --key, subject digest, predicate "
         "type, verdict, the recorded findings judged at --fail-on, and optionally the policy "
-        "files and the age. Exit 0 verified, 1 not verified, 3 unreadable.",
+        "files and the age. With --attestation FILE, "
+        "REF may also be a local image (an OCI or docker archive, a layout). Exit 0 verified, "
+        "1 not verified, 2 usage, 3 unreadable.",
     )
     p.add_argument("reference", metavar="REF")
     p.add_argument("--key", required=True, metavar="KEY.pub", help="PEM ECDSA P-256 public key")
@@ -90,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.attest.store import find_attestations
     from pinguard.attest.verify import Demands, VerifyResult, check_envelope, verify
     from pinguard.signing.keys import load_public_key
+    from pinguard.sources import ImageSource, open_source, resolve_reference
     from pinguard.sources.registry import RegistrySource
 
     key = load_public_key(args.key)
@@ -105,9 +113,21 @@ def run(args: argparse.Namespace) -> int:
             envelopes.append((name, Path(name).read_bytes()))
         except OSError as exc:
             raise UsageError(f"cannot read --attestation {name!r}: {exc.strerror}") from exc
-    reference = args.reference.removeprefix("docker://")
+    image = resolve_reference(args.reference)
+    if image.registry_name is None and not envelopes:
+        raise UsageError(
+            f"verify needs a registry reference to find attestations; {args.reference} is a "
+            f"{image.kind} (check envelope files against it with --attestation FILE, or name "
+            "the image as docker://HOST/REPO:TAG)"
+        )
     now = _dt.datetime.now(tz=_dt.timezone.utc)
-    source = RegistrySource(reference, source_options(args))
+    source: ImageSource
+    if image.registry_name is not None:
+        source = RegistrySource(image.registry_name, source_options(args))
+        display = f"docker://{image.registry_name}"
+    else:
+        source = open_source(args.reference, source_options(args))
+        display = image.canonical
     try:
         digest = source.resolve().manifest_digest
         if not digest:
@@ -120,7 +140,6 @@ def run(args: argparse.Namespace) -> int:
             fail_on=FAIL_ON[args.fail_on],
             allow_no_python=args.allow_no_python,
         )
-        display = f"docker://{reference}"
         if envelopes:
             checks = tuple(
                 check_envelope(data, key, demands, now, source=name, via="file")
@@ -128,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             )
             result = VerifyResult(display, digest, checks, fail_on=args.fail_on)
         else:
+            assert isinstance(source, RegistrySource)  # a local image needs --attestation
             result = verify(display, find_attestations(source, digest), key, demands, now)
     finally:
         source.close()

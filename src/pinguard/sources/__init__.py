@@ -3,19 +3,27 @@
 References follow skopeo/containers-image: ``docker://HOST/REPO[:TAG][@DIGEST]`` (a registry),
 ``docker-daemon:REF``, ``docker-archive:PATH[:REF]``, ``oci:DIR[:TAG]``,
 ``oci-archive:PATH[:TAG]``, ``dir:PATH`` and ``containers-storage:[DRIVER@ROOT]NAME[:TAG]``
-(podman's and buildah's local images, read in place). A reference with no transport that is a valid
-docker reference (``python:3.11``, ``localhost:5000/team/app:1``) is "bare": the daemon is
-tried first, when its socket exists and it has the image, then the registry, and the
-``ResolvedImage.notes`` say which one answered. A ``word:`` prefix that is neither a known
-transport nor the host part of a docker reference is an unknown transport and raises
-``InvalidReference``.
+(podman's and buildah's local images, read in place). ``resolve_reference`` is the one reading
+of a reference's text, before anything is fetched, that every command taking an image uses
+(``open_source`` for reading it; verify, attest and probe to learn where it lives): it returns
+an ``ImageReference`` (transport, the rest, the local-path note) or raises. A reference with no
+transport that is a valid docker reference (``python:3.11``, ``localhost:5000/team/app:1``) is
+"bare": the daemon is tried first, when its socket exists and it has the image, then the
+registry, and the ``ResolvedImage.notes`` say which one answered. A ``word:`` prefix that is
+neither a known transport nor the name of a ``NAME:TAG`` is an unknown transport; a
+``NAME:TAG`` that breaks docker's rules says which (``repository name must be lowercase``);
+both raise ``InvalidReference`` (exit 2).
 
 A reference without a transport that names an existing local path is read from that path,
 recognised by its content (``sources.detect``: an OCI or docker-archive tar, an OCI layout
 directory, a root filesystem), as syft reads its input; a note says which transport was used.
 An existing path that is not an image is tried as a docker reference, and if that fails too
-the error says what the local path is. ``image_name`` strips a reference back to the image's
-name (for SBOM subjects): parsing transport prefixes is done here, nowhere else.
+the error says what the local path is. Text that can only be a path (it starts with ``/``,
+``./``, ``../`` or ``~``, or its name ends in ``.tar``, ``.tar.gz``, ``.tgz``, ``.tar.zst`` or
+``.tar.xz`` with no registry host before it) and names nothing is ``no such file: PATH`` at
+once (``ImageNotFound``, exit 3, as for ``oci-archive:PATH``), never a registry request.
+``image_name`` strips a reference back to the image's name (for SBOM subjects): parsing
+transport prefixes is done here, nowhere else.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
@@ -39,6 +48,7 @@ from pinguard.sources.interface import (
 
 __all__ = [
     "TRANSPORTS",
+    "ImageReference",
     "ImageSource",
     "LayerRef",
     "ResolvedImage",
@@ -47,6 +57,7 @@ __all__ = [
     "image_name",
     "is_docker_reference",
     "open_source",
+    "resolve_reference",
     "split_transport",
 ]
 
@@ -59,6 +70,26 @@ TRANSPORTS = (
     "dir",
     "containers-storage",
 )
+#: What each transport reads, as messages name it ("pg.tar is a local OCI archive").
+KINDS = {
+    None: "image name (the daemon's, else the registry's)",
+    "docker": "registry image",
+    "docker-daemon": "Docker daemon image",
+    "docker-archive": "local docker-archive (docker save tar)",
+    "oci": "local OCI layout",
+    "oci-archive": "local OCI archive",
+    "dir": "local root filesystem",
+    "containers-storage": "containers-storage image",
+}
+#: Transports whose reference names a path on this machine: (its kind of path, tagged?).
+_PATH_TRANSPORTS = {
+    "docker-archive": ("file", True),
+    "oci-archive": ("file", True),
+    "oci": ("directory", True),
+    "dir": ("directory", False),
+}
+#: Names only an archive file has (a docker repository with a registry host aside).
+_ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tar.xz")
 DAEMON_NOTE = "bare reference resolved through the daemon"
 REGISTRY_NOTE = "bare reference resolved through the registry"
 
@@ -66,6 +97,7 @@ _PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(.*)", re.DOTALL)
 _DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_TAG = re.compile(r"[\w][\w.-]{0,127}")
 _DOCKER_REF = re.compile(
     rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
@@ -89,7 +121,8 @@ def is_docker_reference(text: str) -> bool:
 
 def split_transport(reference: str) -> tuple[str | None, str]:
     """``(transport, rest)`` for a transport-prefixed reference, ``(None, reference)`` for a
-    bare docker reference; anything else raises ``InvalidReference`` quoting the value."""
+    bare docker reference; anything else raises ``InvalidReference`` quoting the value and
+    saying what is wrong with it."""
     if not reference or reference != reference.strip() or "\n" in reference:
         raise InvalidReference(f"invalid image reference {reference!r}")
     if reference.startswith("docker://"):
@@ -100,16 +133,29 @@ def split_transport(reference: str) -> tuple[str | None, str]:
     if is_docker_reference(reference):
         return None, reference
     if match is not None:
-        prefix = match.group(1)
+        prefix, rest = match.groups()
         if prefix == "docker":
             raise InvalidReference(
                 f"invalid image reference {reference!r}: the registry transport is written docker://"
             )
-        raise InvalidReference(
-            f"unknown transport {prefix!r} in image reference {reference!r} "
-            f"(known: {', '.join(t + ':' for t in TRANSPORTS)})"
-        )
-    raise InvalidReference(f"invalid image reference {reference!r}")
+        if not _TAG.fullmatch(rest):
+            known = ", ".join("docker://" if t == "docker" else t + ":" for t in TRANSPORTS)
+            raise InvalidReference(
+                f"unknown transport {prefix!r} in image reference {reference!r} (known: {known})"
+            )
+        # NAME:TAG (``Python:3.12``): a docker reference that breaks a rule, not a transport
+    raise _docker_syntax_error(reference)
+
+
+def _docker_syntax_error(reference: str) -> InvalidReference:
+    """What is wrong with ``reference`` read as a docker reference, as one line."""
+    from pinguard.sources.reference import parse_reference
+
+    try:
+        parse_reference(reference)
+    except InvalidReference as exc:
+        return exc
+    return InvalidReference(f"invalid image reference {reference!r}")
 
 
 def image_name(reference: str) -> str:
@@ -132,29 +178,123 @@ def image_name(reference: str) -> str:
     return text or reference
 
 
+@dataclass(frozen=True, slots=True)
+class ImageReference:
+    """What a reference's text names, decided before anything is fetched.
+
+    ``transport`` is one of ``TRANSPORTS``, or None for a bare docker reference (the daemon,
+    then the registry); ``rest`` is what follows the transport prefix. A local path given
+    without a transport has its transport here already (``pg.tar`` -> ``oci-archive``), with
+    ``note`` saying so; ``failure_hint`` says what a same-named local path is when it is no
+    image, for the error should the docker reference fail too."""
+
+    text: str  # as given
+    transport: str | None
+    rest: str
+    note: str = ""
+    failure_hint: str = ""
+
+    @property
+    def canonical(self) -> str:
+        """The reference with its transport written out (``oci-archive:pg.tar``)."""
+        if self.transport is None:
+            return self.rest
+        prefix = "docker://" if self.transport == "docker" else f"{self.transport}:"
+        return prefix + self.rest
+
+    @property
+    def kind(self) -> str:
+        """What it names, for messages: ``local OCI archive``, ``registry image`` ..."""
+        return KINDS[self.transport]
+
+    @property
+    def registry_name(self) -> str | None:
+        """``[HOST/]REPO[:TAG][@DIGEST]`` when the image may live in a registry (a
+        ``docker://`` or a bare reference), else None (a local file, the daemon, storage)."""
+        return self.rest if self.transport in ("docker", None) else None
+
+
+def resolve_reference(text: str) -> ImageReference:
+    """Read ``text`` as every command taking an image does (nothing is fetched): the local
+    path it names, recognised by content, else its transport and rest. Raises
+    ``InvalidReference`` (exit 2) for text no transport understands, saying why, and
+    ``ImageNotFound`` (exit 3) ``no such file: PATH`` for a path that is not there."""
+    if not text or text != text.strip() or "\n" in text:
+        raise InvalidReference(f"invalid image reference {text!r}")
+    if _has_transport(text):
+        transport, rest = split_transport(text)
+        if not rest:
+            raise InvalidReference(f"image reference {text!r} names nothing after {transport}:")
+        if transport in _PATH_TRANSPORTS:
+            _require_path(transport, rest)
+        elif transport == "docker":
+            from pinguard.sources.reference import parse_reference
+
+            try:
+                parse_reference(rest)
+            except InvalidReference as exc:  # quote the reference as given
+                raise InvalidReference(str(exc).replace(repr(rest), repr(text), 1)) from None
+        return ImageReference(text, transport, rest)
+    path_text = os.path.expanduser(text) if text.startswith("~") else text
+    local = detect(path_text)
+    if local is not None and local.reference is not None:
+        transport, rest = split_transport(local.reference)
+        note = f"{text} is a local {local.kind}: read as {local.reference}"
+        return ImageReference(text, transport, rest, note=note)
+    if local is None:
+        missing = _only_a_path(path_text)
+        if missing is not None:
+            raise ImageNotFound(f"no such file: {missing}")
+    try:
+        transport, rest = split_transport(text)
+    except InvalidReference as exc:
+        if local is not None:
+            raise InvalidReference(f"{exc}: {local.path!r} exists but {local.problem}") from None
+        raise
+    hint = "" if local is None else f"a local path {local.path!r} exists, but {local.problem}"
+    return ImageReference(text, transport, rest, failure_hint=hint)
+
+
+def _require_path(transport: str, rest: str) -> None:
+    """``no such file: PATH`` for a path transport's path that is not there."""
+    what, tagged = _PATH_TRANSPORTS[transport]
+    path, sep, tag = rest.partition(":") if tagged else (rest, "", "")
+    if path and not (sep and not tag) and not os.path.lexists(path):  # syntax first: the source's
+        raise ImageNotFound(f"no such {what}: {path}")
+
+
+def _only_a_path(text: str) -> str | None:
+    """The path ``text`` names when it can be nothing but a path (``./x``, ``/x``, ``~/x``,
+    ``x.tar``, ``out/x.tar:TAG``), else None: it may be a docker reference. ``PATH:TAG``
+    names ``PATH``."""
+    head, sep, tail = text.rpartition(":")
+    tagged = bool(sep and head and _TAG.fullmatch(tail))
+    name = head if tagged else text
+    if text.startswith(("/", "./", "../", "~")) or text in (".", ".."):
+        return name
+    first, slash, _ = name.partition("/")
+    registry_host = slash and (
+        "." in first or ":" in first or first == "localhost" or first.startswith("[")
+    )
+    if not registry_host and name.lower().endswith(_ARCHIVE_SUFFIXES):
+        return name
+    return None
+
+
 def _has_transport(reference: str) -> bool:
     match = _PREFIX.fullmatch(reference)
     return reference.startswith("docker://") or (match is not None and match.group(1) in TRANSPORTS)
 
 
 def open_source(reference: str, options: SourceOptions | None = None) -> ImageSource:
-    """The ``ImageSource`` for ``reference``; nothing is fetched except, for a bare reference,
-    one daemon inspect that decides between the daemon and the registry."""
+    """The ``ImageSource`` for ``reference`` (read by ``resolve_reference``); nothing is
+    fetched except, for a bare reference, one daemon inspect that decides between the daemon
+    and the registry."""
     options = options or SourceOptions()
-    local = None if _has_transport(reference) else detect(reference)
-    if local is not None and local.reference is not None:
-        note = f"{reference} is a local {local.kind}: read as {local.reference}"
-        return _NotedSource(open_source(local.reference, options), note)
-    try:
-        transport, rest = split_transport(reference)
-    except InvalidReference as exc:
-        if local is not None:
-            raise InvalidReference(f"{exc}: {local.path!r} exists but {local.problem}") from None
-        raise
-    source = _open(transport, rest, reference, options)
-    if local is not None:
-        hint = f"a local path {local.path!r} exists, but {local.problem}"
-        return _NotedSource(source, "", failure_hint=hint)
+    ref = resolve_reference(reference)
+    source = _open(ref.transport, ref.rest, ref.canonical, options)
+    if ref.note or ref.failure_hint:
+        return _NotedSource(source, ref.note, failure_hint=ref.failure_hint)
     return source
 
 

@@ -109,8 +109,9 @@ class DaemonClient:
             response = conn.getresponse()
         except OSError as exc:
             conn.close()
+            why = exc.strerror or str(exc) or type(exc).__name__
             raise DaemonUnavailable(
-                f"cannot reach the Docker daemon at {self.host!r}: {exc}"
+                f"could not reach the Docker daemon at {self.host!r}: {why}"
             ) from exc
         except http.client.HTTPException as exc:
             conn.close()

@@ -5,7 +5,9 @@ the first path component is a registry host only when it contains a ``.`` or a `
 ``localhost``; otherwise the registry is Docker Hub (``docker.io``, served by
 ``registry-1.docker.io``), and a single-component Hub repository gets the ``library/``
 prefix. The tag defaults to ``latest`` unless a digest is given; when both are given the
-digest wins. Bad references raise ``InvalidReference`` quoting the value.
+digest wins. A bad reference raises ``InvalidReference`` as one line quoting the value and
+saying what is wrong, worded as docker and skopeo word it (``invalid image reference
+'Python:3.12': repository name must be lowercase``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ def parse_digest(value: str) -> str:
 def parse_reference(ref: str) -> DockerReference:
     """Parse ``ref`` (without the ``docker://`` transport prefix) into a DockerReference."""
     original = ref
+
+    def invalid(reason: str) -> InvalidReference:
+        return InvalidReference(f"invalid image reference {original!r}: {reason}")
+
     if not ref or ref != ref.strip():
         raise InvalidReference(f"invalid image reference {original!r}")
     if ref.startswith("//"):
@@ -86,40 +92,35 @@ def parse_reference(ref: str) -> DockerReference:
         try:
             digest = parse_digest(digest_text)
         except InvalidReference:
-            raise InvalidReference(
-                f"invalid digest {digest_text!r} in image reference {original!r}"
-            ) from None
+            raise invalid(f"invalid digest {digest_text!r}") from None
     tag: str | None = None
     last_slash = ref.rfind("/")
     colon = ref.rfind(":")
     if colon > last_slash:
         ref, tag = ref[:colon], ref[colon + 1 :]
         if not _TAG.fullmatch(tag):
-            raise InvalidReference(f"invalid tag {tag!r} in image reference {original!r}")
+            raise invalid(f"invalid tag {tag!r}")
     first, sep, rest = ref.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
         if not _HOST.fullmatch(first):
-            raise InvalidReference(
-                f"invalid registry host {first!r} in image reference {original!r}"
-            )
+            raise invalid(f"invalid registry host {first!r}")
         registry, path = first, rest
     else:
         registry, path = DOCKER_HUB, ref
     if registry.lower() in _HUB_ALIASES:
         registry = DOCKER_HUB
     if not path:
-        raise InvalidReference(f"missing repository in image reference {original!r}")
+        raise invalid("missing repository name")
     components = path.split("/")
     for component in components:
         if not _COMPONENT.fullmatch(component):
-            hint = " (repository names must be lowercase)" if component.lower() != component else ""
-            raise InvalidReference(
-                f"invalid repository name {path!r} in image reference {original!r}{hint}"
-            )
+            if _COMPONENT.fullmatch(component.lower()):
+                raise invalid("repository name must be lowercase")
+            raise invalid(f"invalid repository name {path!r}")
     if registry == DOCKER_HUB and len(components) == 1:
         path = f"library/{path}"
     if len(path) > 255:
-        raise InvalidReference(f"repository name too long in image reference {original!r}")
+        raise invalid("repository name too long (more than 255 characters)")
     if tag is None and digest is None:
         tag = "latest"
     return DockerReference(registry=registry, repository=path, tag=tag, digest=digest)

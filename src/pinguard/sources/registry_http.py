@@ -6,7 +6,10 @@ registry's ``WWW-Authenticate`` challenge: the Bearer token flow (tokens cached 
 fetched with Basic credentials or an identity token when ``config.json`` has them, else
 anonymously) or plain Basic. Plain HTTP is used only for loopback hosts and hosts named
 in ``insecure_registries``. Requests retry with exponential backoff on 429, 5xx and
-connection errors, honouring ``Retry-After``, at most ``max_retries`` times. Redirects are
+connection errors, honouring ``Retry-After``, at most ``max_retries`` times; a name that does
+not resolve is never retried (a DNS answer does not change in seconds) and a refused
+connection at most ``REFUSED_RETRIES`` times (about 1.5 s), so a mistyped or absent host fails
+fast. Redirects are
 followed by hand so the ``Authorization`` header never leaves the registry's origin, and
 no credential ever appears in an error message or a log line. The HTTP session is created
 lazily per process, so a client can be pickled or used after ``fork``.
@@ -15,7 +18,10 @@ Every error the HTTP stack can raise (the whole ``requests.exceptions`` and
 ``urllib3.exceptions`` trees, ``http.client``'s and the socket's ``OSError``s, listed once in
 ``TRANSPORT_ERRORS``) is caught where a request is sent or a body read and becomes one
 ``SourceError`` line naming the object, the host and the innermost cause
-(``transport_reason``), never a traceback. Pulling is ``pinguard.sources.registry``'s,
+(``transport_reason``), never a traceback. A host that could not be reached at all (the name
+does not resolve, the connection is refused or times out) is ``RegistryUnreachable``:
+``could not reach HOST: CAUSE (after N attempts)``, the wording the README documents for exit
+3. Pulling is ``pinguard.sources.registry``'s,
 pushing ``pinguard.sources.registry_push``'s; both go through this client.
 """
 
@@ -30,6 +36,7 @@ import logging
 import os
 import random
 import re
+import socket
 import ssl
 import time
 from collections.abc import Mapping
@@ -55,6 +62,7 @@ MAX_RETRY_AFTER = 60.0
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 BLOB_BUFFER = 1024 * 1024
+REFUSED_RETRIES = 2  # a refused connection: a registry restarting, not one worth waiting for
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _NOT_RETRYABLE_5XX = frozenset({501, 505})
 
@@ -194,6 +202,56 @@ def transport_reason(exc: BaseException) -> str:
     if isinstance(root, TimeoutError) and not detail:
         detail = "timed out"
     return f"{text} ({detail})" if detail else text
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every error it wraps, outermost first."""
+    chain, seen = [exc], {id(exc)}
+    while (inner := _inner(chain[-1])) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        chain.append(inner)
+    return chain
+
+
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """Why a host could not be reached at all, and how often that is worth retrying."""
+
+    cause: str  # "connection refused", "name does not resolve: Name or service not known"
+    retries: int | None  # at most this many more attempts; None: the client's max_retries
+
+
+def unreachable(exc: BaseException) -> Unreachable | None:
+    """Why ``exc`` means no connection was ever made to the host (its name does not
+    resolve, the connection was refused or timed out, no route), else None: the host answered
+    and the conversation failed, or a proxy (not the host) could not be reached."""
+    chain = _chain(exc)
+    if any(
+        isinstance(e, (requests.exceptions.ProxyError, urllib3.exceptions.ProxyError))
+        for e in chain
+    ):
+        return None
+    for e in chain:
+        if isinstance(e, socket.gaierror):
+            return Unreachable(f"name does not resolve: {e.strerror or e}", 0)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return Unreachable("connection refused", REFUSED_RETRIES)
+    # urllib3's NewConnectionError is a ConnectTimeoutError: ask for it first
+    failed = next((e for e in chain if isinstance(e, urllib3.exceptions.NewConnectionError)), None)
+    if failed is not None:
+        root = chain[-1]
+        why = root.strerror if isinstance(root, OSError) and root.strerror else ""
+        return Unreachable(why[:1].lower() + why[1:] if why else transport_reason(exc), None)
+    if any(
+        isinstance(e, (requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError))
+        for e in chain
+    ):
+        return Unreachable("connection timed out", None)
+    return None
+
+
+class RegistryUnreachable(SourceError):
+    """No connection could be made to a registry host (``could not reach HOST``, exit 3)."""
 
 
 def attempts(n: int) -> str:
@@ -516,7 +574,16 @@ class RegistryClient:
                     raise SourceError(
                         f"{what}: request to {host} failed: {transport_reason(exc)}"
                     ) from exc
-                if attempt >= self.options.max_retries:
+                never = unreachable(exc)
+                limit = self.options.max_retries
+                if never is not None and never.retries is not None:
+                    limit = min(limit, never.retries)
+                if never is not None and attempt >= limit:
+                    raise RegistryUnreachable(
+                        f"{what}: could not reach {host}: {never.cause} "
+                        f"(after {attempts(attempt + 1)})"
+                    ) from exc
+                if attempt >= limit:
                     raise SourceError(
                         f"{what}: request to {host} failed after {attempts(attempt + 1)}: "
                         f"{transport_reason(exc)}"
