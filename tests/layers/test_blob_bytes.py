@@ -84,7 +84,7 @@ def test_wrong_digest_names_both_digests(prefetch: bool) -> None:
     reader = VerifyingReader(io.BytesIO(PAYLOAD), wrong, len(PAYLOAD), prefetch=prefetch)
     with pytest.raises(BlobVerificationError) as err:
         reader.finish()
-    assert str(err.value) == (f"blob digest mismatch: expected {wrong}, got {_sha256(PAYLOAD)}")
+    assert str(err.value) == f"blob {wrong}: expected {wrong}, got {_sha256(PAYLOAD)}"
 
 
 @pytest.mark.parametrize("prefetch", [False, True])
@@ -192,7 +192,7 @@ def test_read_of_zero_bytes_returns_nothing_and_loses_nothing(prefetch: bool) ->
 def test_only_the_part_before_the_first_colon_names_the_algorithm() -> None:
     odd = "sha256:ab:cd"
     reader = VerifyingReader(io.BytesIO(b"x"), odd, None)  # sha256, and a digest that fails
-    with pytest.raises(BlobVerificationError, match="blob digest mismatch: expected sha256:ab:cd"):
+    with pytest.raises(BlobVerificationError, match="blob sha256:ab:cd: expected sha256:ab:cd"):
         reader.finish()
 
 
@@ -355,85 +355,3 @@ def test_keep_chunk_memory_takes_glibcs_settings_on_linux() -> None:
         assert keep_chunk_memory() is False
         return
     assert keep_chunk_memory() is True
-
-
-# --- the DiffID as the proof: the compressed bytes counted, not hashed ------------------
-
-
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_an_unhashed_reader_checks_the_size_and_returns_the_declared_digest(
-    prefetch: bool,
-) -> None:
-    declared = _sha256(b"some other bytes")  # not these bytes: nothing compares it
-    reader = VerifyingReader(
-        io.BytesIO(PAYLOAD), declared, len(PAYLOAD), prefetch=prefetch, hashed=False
-    )
-    assert reader.finish() == declared
-    short = VerifyingReader(
-        io.BytesIO(PAYLOAD[:-1]), declared, len(PAYLOAD), prefetch=prefetch, hashed=False
-    )
-    with pytest.raises(BlobVerificationError, match=f"read 16403 bytes, expected {len(PAYLOAD)}"):
-        short.finish()
-
-
-def test_an_unhashed_reader_needs_a_declared_digest() -> None:
-    with pytest.raises(ValueError, match="needs its declared digest"):
-        VerifyingReader(io.BytesIO(PAYLOAD), None, None, hashed=False)
-
-
-def _layer_tar() -> bytes:
-    import tarfile
-
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo("usr/lib/python3/dist-packages/x-1.0.dist-info/METADATA")
-        data = b"Metadata-Version: 2.1\nName: x\nVersion: 1.0\n"
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
-def _analyze(blob_bytes: bytes, digest: str, diff_id: str | None) -> str:
-    from pinguard.layers.analysis import analyze_stream
-    from pinguard.layers.tar import CAPTURE, SKIP
-
-    result = analyze_stream(
-        io.BytesIO(blob_bytes),
-        digest=digest,
-        size=len(blob_bytes),
-        select=lambda path: CAPTURE if path.endswith("/METADATA") else SKIP,
-        diff_id=diff_id,
-    )
-    assert list(result.files) == ["/usr/lib/python3/dist-packages/x-1.0.dist-info/METADATA"]
-    return result.diff_id
-
-
-def test_a_layer_is_proven_by_its_diff_id_and_its_blob_digest_only_without_one() -> None:
-    """The same tar compressed twice: with the config's diff_id, either blob is the layer
-    (the diff_id proves every byte the walk reads); without one, the blob digest decides."""
-    tar = _layer_tar()
-    diff_id = _sha256(tar)
-    one, other = gzip.compress(tar, mtime=0), gzip.compress(tar, compresslevel=1, mtime=1)
-    assert one != other
-    assert _analyze(other, _sha256(one), diff_id) == diff_id
-    with pytest.raises(BlobVerificationError, match="blob digest mismatch"):
-        _analyze(other, _sha256(one), None)
-
-
-def test_a_changed_byte_in_a_layer_with_a_diff_id_still_fails_closed() -> None:
-    """Each byte of the gzip stream changed in turn (same size): the inflate's CRC, the tar
-    walk or the diff_id refuses it; nothing is accepted that is not the proven tar."""
-    from pinguard.errors import SourceError
-
-    tar = _layer_tar()
-    blob_bytes = gzip.compress(tar, mtime=0)
-    for i in range(0, len(blob_bytes), 7):
-        bad = bytearray(blob_bytes)
-        bad[i] ^= 0x01
-        try:
-            got = _analyze(bytes(bad), _sha256(blob_bytes), _sha256(tar))
-        except SourceError:
-            continue
-        # a flipped bit in the gzip header's mtime or OS byte changes no tar byte
-        assert i < 10, f"byte {i} changed the layer and was accepted"
-        assert got == _sha256(tar)

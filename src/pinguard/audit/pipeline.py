@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
@@ -93,6 +93,7 @@ def _analyze_blob(
     analyzers: Analyzers,
     progress: Callable[[int], None] | None = None,
     limits: LayerLimits | None = None,
+    label: str = "",
 ) -> LayerAnalysis:
     return analyze_stream(
         stream,
@@ -103,6 +104,7 @@ def _analyze_blob(
         progress=progress,
         diff_id=layer.diff_id,
         limits=limits,
+        label=label,
     )
 
 
@@ -197,6 +199,7 @@ def _analyze_one(
     cache: LayerStore | None,
     limits: LayerLimits,
     lazy: bool = False,
+    label: str = "",
 ) -> LayerAnalysis | str:
     """One layer in a worker process; the worker also writes the cache entry, so the
     serialisation runs on both cores instead of after the pool. Bytes read are reported
@@ -217,7 +220,7 @@ def _analyze_one(
         stream = source.open_blob(layer)
         try:
             analysis = _analyze_blob(
-                stream, layer, analyzers, _byte_reporter(layer.digest), limits=limits
+                stream, layer, analyzers, _byte_reporter(layer.digest), limits, label
             )
         except _Stopped:
             # leave the stream: closing it waits for the lock its prefetch thread holds
@@ -291,6 +294,7 @@ def _parallel(
     limits: LayerLimits,
     lazy: bool = False,
     ready: Ready | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, LayerAnalysis | str]:
     # worker processes are imported here, not for every audit: a warm one starts none
     import multiprocessing
@@ -310,8 +314,11 @@ def _parallel(
         max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(queue,)
     ) as pool:
         ordered = _submit_order(todo, jobs)
+        label = (labels or {}).get
         pending: dict[Future[LayerAnalysis | str], LayerRef] = {
-            pool.submit(_analyze_one, source, layer, analyzers, cache, limits, lazy): layer
+            pool.submit(
+                _analyze_one, source, layer, analyzers, cache, limits, lazy, label(layer.digest, "")
+            ): layer
             for layer in ordered
         }
         held: list[tuple[str, LayerAnalysis]] = []  # arrived, not handed to ``ready`` yet
@@ -361,6 +368,7 @@ def _sequential(
     progress: Progress | None,
     limits: LayerLimits,
     cache: LayerStore | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Each layer in turn from the source's own blob iterator, cached as soon as it is
     analysed (an audit waiting for it need not wait for the rest)."""
@@ -370,7 +378,8 @@ def _sequential(
         tick: Callable[[int], None] | None = None
         if progress is not None:
             tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits)
+        label = (labels or {}).get(layer.digest, "")
+        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits, label)
         if cache is not None:
             cache.put(out[layer.digest])
         if progress is not None:
@@ -391,19 +400,29 @@ def _fresh(
     progress: Progress | None,
     cache: LayerStore | None,
     ready: Ready | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Stream and analyse ``todo`` (in worker processes when it pays), caching each; with
-    workers, each is handed to ``ready`` once a worker is idle to spare a core for it."""
+    workers, each is handed to ``ready`` once a worker is idle to spare a core for it.
+    ``labels`` name each layer in a blob error (``"layer 2"``)."""
     jobs = options.jobs or (os.cpu_count() or 1)
     if not todo:
         return {}
     if source.parallel_safe and len(todo) > 1 and jobs > 1:
         jobs = min(jobs, len(todo))
         done = _parallel(
-            source, todo, analyzers, jobs, progress, cache, options.limits, ready=ready
+            source,
+            todo,
+            analyzers,
+            jobs,
+            progress,
+            cache,
+            options.limits,
+            ready=ready,
+            labels=labels,
         )
         return {k: v for k, v in done.items() if isinstance(v, LayerAnalysis)}
-    return _sequential(source, todo, analyzers, progress, options.limits, cache)
+    return _sequential(source, todo, analyzers, progress, options.limits, cache, labels)
 
 
 def load_layers(
@@ -434,6 +453,9 @@ def load_layers(
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
     trees: list[LayerRef] = []
+    labels: dict[str, str] = {}  # digest -> "layer N", its first place in the image
+    for number, layer in enumerate(layers, start=1):
+        labels.setdefault(layer.digest, f"layer {number}")
     for layer in layers:
         if layer.digest in found or any(t.digest == layer.digest for t in (*todo, *trees)):
             continue
@@ -487,7 +509,7 @@ def load_layers(
     waiting = [layer for layer in todo if layer.digest in theirs]
     todo = [layer for layer in todo if layer.digest not in theirs]
     with shared.holding() if shared is not None else contextlib.nullcontext():
-        found.update(_fresh(source, todo, analyzers, options, progress, cache, ready))
+        found.update(_fresh(source, todo, analyzers, options, progress, cache, ready, labels))
         late = []
         for layer in waiting:
             hit = shared.wait(layer.digest) if shared is not None else None
@@ -497,7 +519,7 @@ def load_layers(
             found[layer.digest] = hit
             if progress is not None:
                 progress.done(layer)
-        found.update(_fresh(source, late, analyzers, options, progress, cache, ready))
+        found.update(_fresh(source, late, analyzers, options, progress, cache, ready, labels))
     for digest, reason in fallbacks.items():
         found[digest].lazy = {"fallback": reason}  # read in full: why, for the report
     if cache is not None and notes is not None:

@@ -241,37 +241,40 @@ def analyze_stream(
     prefetch: bool = True,
     diff_id: str | None = None,
     limits: LayerLimits | None = None,
+    label: str = "",
 ) -> LayerAnalysis:
     """Stream one blob: verify it, walk its tar, keep what ``select`` asks for.
 
-    The uncompressed tar (everything, including bytes after its end blocks) is hashed and
-    must match ``diff_id`` when one is given; that proves every byte the walk reads, so the
-    compressed bytes are then counted against ``size`` but not hashed again (without a
-    ``diff_id`` they must hash to ``digest``). ``limits`` bound the work (``LayerLimits``).
-    With ``prefetch`` four threads share the work: one fetches the blob (and hashes it when
-    it is the proof), one inflates it, one hashes the tar (both in C, without the GIL), and
-    this one walks. Inflating and hashing the tar cost about the same on this kind of
-    machine (isal against SHA-NI), so a layer read alone keeps two cores busy."""
+    Two proofs, as containerd and go-containerregistry make them: the blob's bytes must hash
+    to ``digest`` and number ``size`` (the descriptor), and the uncompressed tar (everything,
+    including bytes after its end blocks) must hash to ``diff_id`` when one is given (the
+    config). Neither stands for the other: the diff_id proves the tar the walk reads, not the
+    blob (a gzip header byte changes the blob, not the tar), and the digest is what the blob
+    is named, cached and served by. A plain tar blob is its own tar: its one hash is both
+    proofs when both use one algorithm. Every check ends before the analysis is returned, so
+    nothing unproven can be cached. ``limits`` bound the work (``LayerLimits``); ``label``
+    names the layer in a blob error (``"layer 2"``). With ``prefetch`` four threads share the
+    work: one fetches and hashes the blob, one inflates it, one hashes the tar (all in C,
+    without the GIL), and this one walks (a plain tar: the fetch thread and this one)."""
     limits = limits or LayerLimits()
     expected_diff = Digest.parse(diff_id, f"layer {digest} diff_id") if diff_id else None
-    verifier = VerifyingReader(
-        raw,
-        digest,
-        size,
-        progress,
-        prefetch=prefetch,
-        hashed=expected_diff is None or digest is None,
-    )
+    verifier = VerifyingReader(raw, digest, size, progress, prefetch=prefetch, label=label)
     names = MemberNames()
     stages: list[Ahead] = []
+    self_proven = False
     try:
         result = LayerAnalysis(digest=digest or "")
         counter = [0]
         tar_hash = hashlib.new(expected_diff.algorithm if expected_diff else "sha256")
         inflated = Inflated()
         try:
-            chunks = _guarded(inflated_chunks(verifier, inflated), limits, lambda: verifier.count)
-            if prefetch:
+            raw_chunks = inflated_chunks(verifier, inflated)  # sniffs: sets inflated.format
+            # the blob is the tar: the blob's hash (in the fetch thread) is the diff_id too
+            self_proven = inflated.format == "tar" and tar_hash.name == verifier.algorithm
+            chunks = _guarded(raw_chunks, limits, lambda: verifier.count)
+            if self_proven:
+                src = Chunks(chunks)  # the fetch thread reads ahead; nothing to inflate
+            elif prefetch:
                 stages.append(Ahead(chunks, INFLATE_AHEAD, "layer-inflate"))
                 stages.append(Ahead(_hashed(stages[0], tar_hash), HASH_AHEAD, "layer-hash"))
                 src = Chunks(stages[1])
@@ -293,7 +296,6 @@ def analyze_stream(
                 result.opaque_made = sorted(names.made(result.opaque))
             result.members = counter[0]
             result.size = src.total
-            result.diff_id = f"{tar_hash.name}:{tar_hash.hexdigest()}"
         except DECOMPRESS_ERRORS as exc:
             raise LayerError(f"layer {digest}: cannot decompress: {exc}") from exc
         except LayerError as exc:
@@ -302,9 +304,10 @@ def analyze_stream(
             if type(exc).__module__.startswith("zstandard"):
                 raise LayerError(f"layer {digest}: cannot decompress zstd: {exc}") from exc
             raise
-        computed = verifier.finish()
+        computed = verifier.finish()  # the blob's size and digest
         if not result.digest:
             result.digest = computed
+        result.diff_id = computed if self_proven else f"{tar_hash.name}:{tar_hash.hexdigest()}"
         if (
             expected_diff is not None
             and result.diff_id != str(expected_diff)

@@ -194,10 +194,14 @@ class AheadClosed(Exception):
 class VerifyingReader:
     """Reads a raw blob while hashing it; ``finish`` drains the rest and checks it.
 
-    With ``prefetch`` a background thread (``Ahead``) fetches and hashes the blob a few
-    chunks ahead (socket reads and ``hashlib`` release the GIL), so fetching and hashing
-    overlap with inflating and walking in the consuming thread. The queue is bounded, so
-    memory stays flat whatever the blob size.
+    Every blob is hashed against its declared digest, whatever else proves its content (a
+    layer's diff_id proves the tar, not the bytes that were fetched: a blob with another
+    gzip header that inflates to the same tar is another blob, and containerd and
+    go-containerregistry refuse it). With ``prefetch`` a background thread (``Ahead``)
+    fetches and hashes the blob a few chunks ahead (socket reads and ``hashlib`` release the
+    GIL), so fetching and hashing overlap with inflating, hashing the tar and walking in the
+    other threads. The queue is bounded, so memory stays flat whatever the blob size.
+    ``label`` (``"layer 2"``) says in each error which of the image's blobs it is.
     """
 
     def __init__(
@@ -208,18 +212,18 @@ class VerifyingReader:
         progress: Callable[[int], None] | None = None,
         *,
         prefetch: bool = False,
-        hashed: bool = True,
+        label: str = "",
     ) -> None:
-        if not hashed and digest is None:
-            raise ValueError("an unhashed blob needs its declared digest (it is its name)")
         self._raw = raw
         self._digest = digest
         self._size = size
         self._progress = progress
+        self._what = f"blob {digest} of {label}" if label else f"blob {digest}"
         algo = digest.split(":", 1)[0] if digest else "sha256"
         if algo not in {"sha256", "sha512"}:
             raise BlobVerificationError(f"unsupported digest algorithm in {digest!r}")
-        self._hash = hashlib.new(algo) if hashed else None
+        self.algorithm = algo  # what the blob is hashed with (the declared digest's)
+        self._hash = hashlib.new(algo)
         self.count = 0
         self._pending = b""
         self._ahead: Ahead | None = None
@@ -240,12 +244,11 @@ class VerifyingReader:
             n = left if n < 0 else min(n, left)
         data = self._raw.read(n)
         if data:
-            if self._hash is not None:
-                self._hash.update(data)
+            self._hash.update(data)
             self.count += len(data)
             if self._size is not None and self.count > self._size:
                 raise BlobVerificationError(
-                    f"blob {self._digest} is larger than its declared size {self._size}"
+                    f"{self._what} is larger than its declared size {self._size}"
                 )
             if self._progress is not None:
                 self._progress(len(data))
@@ -276,22 +279,18 @@ class VerifyingReader:
             self._ahead.close()
 
     def finish(self) -> str:
-        """Drain what is left, then verify size and digest; return the computed digest (the
-        declared one when the bytes were not hashed)."""
+        """Drain what is left, then verify size and digest; return the computed digest."""
         while self.read(CHUNK):
             pass
         if self._thread is not None:
             self._thread.join()
         if self._size is not None and self.count != self._size:
             raise BlobVerificationError(
-                f"blob {self._digest}: read {self.count} bytes, expected {self._size}"
+                f"{self._what}: read {self.count} bytes, expected {self._size}"
             )
-        if self._hash is None:
-            assert self._digest is not None
-            return self._digest
         got = f"{self._hash.name}:{self._hash.hexdigest()}"
         if self._digest is not None and got != self._digest:
-            raise BlobVerificationError(f"blob digest mismatch: expected {self._digest}, got {got}")
+            raise BlobVerificationError(f"{self._what}: expected {self._digest}, got {got}")
         return got
 
 

@@ -5,9 +5,11 @@ files, which are ``<id>/layer.tar`` (legacy docker), ``<diffid>.tar`` (skopeo, p
 ``blobs/sha256/<hex>`` (docker 25+); any of them may be a symlink inside the archive. ``REF``
 picks an image by tag (``name:tag``; ``docker.io/library/`` and ``localhost/`` prefixes are
 ignored when comparing) or by position (``@N``); without it the archive must hold exactly one
-image. Layers are normally stored uncompressed, so each blob's digest is its diff id; a layer
-stored gzip- or zstd-compressed is hashed once at resolve time to give its true digest. Blobs
-are opened as byte ranges of the tar file, never extracted.
+image. Layers are normally stored uncompressed, so each blob's digest is its diff id; a blob
+named ``blobs/<alg>/<hex>`` is named by its digest, which it must then hash to (as a layout's
+blobs must); a layer stored gzip- or zstd-compressed under another name is hashed once at
+resolve time to give its true digest. Blobs are opened as byte ranges of the tar file, never
+extracted.
 """
 
 from __future__ import annotations
@@ -21,12 +23,22 @@ from typing import Any, BinaryIO, cast
 from pinguard.errors import ImageNotFound, SourceError
 from pinguard.sources import manifest as mf
 from pinguard.sources import mediatypes as mt
+from pinguard.sources.digest import is_digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.oci import split_path_and_tag
 from pinguard.sources.tarindex import TarIndex
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _content_address(name: str) -> str | None:
+    """``blobs/sha256/<hex>`` -> ``sha256:<hex>`` (a valid digest only), else None."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != "blobs":
+        return None
+    text = f"{parts[1]}:{parts[2]}"
+    return text if is_digest(text) else None
 
 
 def normalize_tag(tag: str) -> str:
@@ -100,18 +112,28 @@ class DockerArchiveSource(ImageSource):
 
     def _layer(self, name: str, diff_id: str) -> LayerRef:
         member = self.index.get(name)
+        # docker 25+ stores blobs/<alg>/<hex>: that name is the blob's digest, verified as the
+        # blob streams like any descriptor's (the diff_id proves the tar, not these bytes)
+        named = _content_address(name)
         with self.index.open(name) as stream:
             head = stream.read(4)
             if not (head.startswith(_GZIP_MAGIC) or head.startswith(_ZSTD_MAGIC)):
                 media = mt.OCI_LAYER if name.startswith("blobs/") else mt.DOCKER_LAYER
-                return LayerRef(digest=diff_id, size=member.size, media_type=media, diff_id=diff_id)
-            # A compressed layer: its stored digest is not the diff id, so hash it once.
+                return LayerRef(
+                    digest=named or diff_id, size=member.size, media_type=media, diff_id=diff_id
+                )
+            media = (
+                mt.DOCKER_LAYER + ".gzip"
+                if head.startswith(_GZIP_MAGIC)
+                else mt.OCI_LAYER + "+zstd"
+            )
+            if named is not None:
+                return LayerRef(digest=named, size=member.size, media_type=media, diff_id=diff_id)
+            # A compressed layer under another name: nothing declares its stored digest (it
+            # is not the diff id), so hash it once; the diff_id is its proof.
             hasher = hashlib.sha256(head)
             while chunk := stream.read(1 << 20):
                 hasher.update(chunk)
-        media = (
-            mt.DOCKER_LAYER + ".gzip" if head.startswith(_GZIP_MAGIC) else mt.OCI_LAYER + "+zstd"
-        )
         return LayerRef(
             digest="sha256:" + hasher.hexdigest(),
             size=member.size,
