@@ -1,8 +1,10 @@
 """``pinguard policy``: check policy files, and show the built-in default.
 
 ``pinguard policy check FILE...`` loads each file (with everything it extends) and prints
-every problem as ``file:line: message``; with no FILE it checks the discovered
-``pinguard.toml`` or ``[tool.pinguard]`` table. Exit 0 when all are valid, 2 otherwise.
+every problem as ``file:line: message``, then how many; a file that cannot be read at all
+(missing, unreadable, an unknown ``builtin:NAME``) is one ``pinguard: error:`` line and
+nothing else. With no FILE it checks the discovered ``pinguard.toml`` or
+``[tool.pinguard]`` table. Exit 0 when all are valid, 2 otherwise.
 ``pinguard policy rules`` lists the rules with their default severities.
 """
 
@@ -50,10 +52,13 @@ def _check(args: argparse.Namespace) -> int:
             return EXIT_PASS
         files = [str(found)]
     problems = check_policy_files(files)
+    inside = [p for p in problems if not p.unreadable]
     for problem in problems:
-        print(str(problem), file=sys.stderr)
+        prefix = "pinguard: error: " if problem.unreadable else ""
+        print(f"{prefix}{problem}", file=sys.stderr)
+    if inside:
+        print(f"{len(inside)} problem(s) in policy files", file=sys.stderr)
     if problems:
-        print(f"{len(problems)} problem(s) in policy files", file=sys.stderr)
         return EXIT_USAGE
     for f in files:
         print(f"{f}: ok")

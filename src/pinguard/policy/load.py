@@ -5,13 +5,16 @@ is checked and converted at this boundary: names are canonicalized, versions and
 become ``SpecifierSet``s, markers ``Marker``s, severities ``Severity``. Every problem in a
 file is collected as a ``PolicyProblem`` (file, line, message quoting the bad value with
 ``!r``) and raised together as one ``PolicyError`` (a ``ConfigError``). ``extend`` names
-other files relative to the extending one; they are loaded first (depth first, each once)
-and cycles are errors. Later files override earlier ones in ``require_guard`` and key by key
-in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]``, ``[[native-pin]]``
-and ``[[waiver]]`` entries accumulate. ``discover`` finds ``pinguard.toml`` or a
-``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards; ``load_run_policy``
-is what every command loads (the given files, else the discovered one, else the built-in
-default).
+other files relative to the extending one, or a built-in policy by name
+(``builtin:default``, shipped as package data in ``pinguard/policy/builtin/``, so it is
+found from any directory and from an installed wheel); they are loaded first (depth first,
+each once) and cycles are errors. A file that cannot be read at all is a problem without a
+line (``cannot read 'x.toml': ...``). Later files override earlier ones in ``require_guard``
+and key by key in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]``,
+``[[native-pin]]`` and ``[[waiver]]`` entries accumulate. ``discover`` finds ``pinguard.toml``
+or a ``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards;
+``load_run_policy`` is what every command loads (the given files, else the discovered one,
+else the built-in default).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import TypedDict, TypeVar
 
@@ -79,18 +83,42 @@ _WAIVER_KEYS = ("package", "rule", "reason", "expires", "environments")
 _SEVERITIES = tuple(s.value for s in Severity)
 # ``--policy none``: no policy at all, an inventory (see ``load_run_policy``)
 NO_POLICY = "none"
+# ``extend = ["builtin:default"]``, ``--policy builtin:default``: a policy shipped in the package
+BUILTIN_PREFIX = "builtin:"
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyProblem:
-    """One thing wrong in a policy file."""
+    """One thing wrong in a policy file; ``unreadable``: the file as a whole could not be
+    read (no line to point at; the message names the file)."""
 
     file: str
     line: int
     message: str
+    unreadable: bool = False
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}"
+        return self.message if self.unreadable else f"{self.file}:{self.line}: {self.message}"
+
+
+def builtin_policies() -> tuple[str, ...]:
+    """The names of the built-in policies (``default``), sorted."""
+    root = resources.files("pinguard.policy").joinpath("builtin")
+    return tuple(
+        sorted(e.name[: -len(".toml")] for e in root.iterdir() if e.name.endswith(".toml"))
+    )
+
+
+def _builtin(ref: str) -> tuple[str, bytes] | None:
+    """``builtin:NAME`` -> (the name it is reported under, its bytes); None: no such policy.
+    The name is the packaged file's path where it is a file on disk (so the attestation
+    reads the very file), else ``builtin:NAME`` (a zipapp)."""
+    name = ref[len(BUILTIN_PREFIX) :]
+    if name not in builtin_policies():
+        return None
+    entry = resources.files("pinguard.policy").joinpath("builtin").joinpath(f"{name}.toml")
+    label = str(entry) if isinstance(entry, Path) else ref
+    return label, entry.read_bytes()
 
 
 class PolicyError(ConfigError):
@@ -124,7 +152,7 @@ class _Layer:
     """What one file says, before merging."""
 
     file: str
-    extends: list[tuple[Path, int]] = field(default_factory=list)
+    extends: list[tuple[str, int]] = field(default_factory=list)
     rules: dict[str, tuple[_RuleFields, _ScopeFields, Origin]] = field(default_factory=dict)
     pins: list[Pin] = field(default_factory=list)
     forbidden: list[Forbidden] = field(default_factory=list)
@@ -372,7 +400,7 @@ def _parse(file: str, text: str, prefix: KeyPath | None) -> tuple[_Layer, list[P
     reader.string(top, (), "description")
     layer.require_guard = reader.boolean(top, (), "require_guard")
     for ref in reader.strings(top, (), "extend") or ():
-        layer.extends.append((Path(ref), reader.line(("extend",))))
+        layer.extends.append((ref, reader.line(("extend",))))
 
     rules = reader.table(top.get("rules", {}), ("rules",), CONFIGURABLE_RULES)
     if rules is not None:
@@ -527,42 +555,92 @@ def _read(path: Path) -> tuple[str, KeyPath | None, str]:
     return text, prefix, "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _missing_hint(ref: str) -> str:
+    """For a relative ``extend`` naming a built-in's file (``default.toml``) that is not
+    beside the extending file: how to name the built-in from anywhere."""
+    if ref.startswith(BUILTIN_PREFIX) or Path(ref).is_absolute():
+        return ""
+    name = Path(ref).name
+    if name.endswith(".toml") and name[: -len(".toml")] in builtin_policies():
+        return f' (the built-in policy is extend = ["{BUILTIN_PREFIX}{name[: -len(".toml")]}"])'
+    return ""
+
+
 def _collect(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[_Layer], list[PolicyProblem]]:
     """Load ``paths`` and everything they extend, depth first, each file once."""
     layers: list[_Layer] = []
     problems: list[PolicyProblem] = []
-    done: set[Path] = set()
+    done: set[Path | str] = set()
 
-    def visit(path: Path, stack: tuple[Path, ...], where: tuple[str, int] | None) -> None:
-        real = path.resolve()
-        if real in stack:
-            chain = " -> ".join(str(p) for p in (*stack[stack.index(real) :], real))
-            file, line = where or (str(path), 1)
+    def visit(
+        ref: str,
+        base: Path | None,
+        stack: tuple[Path | str, ...],
+        where: tuple[str, int] | None,
+    ) -> None:
+        """Load ``ref`` (relative to the directory ``base``; a built-in by name) and what it
+        extends; ``where`` is the file and line that extend it (None: given directly)."""
+        builtin = ref.startswith(BUILTIN_PREFIX)
+        path = Path(ref) if base is None or Path(ref).is_absolute() else base / ref
+        key: Path | str = ref if builtin else path.resolve()
+        if key in stack:
+            chain = " -> ".join(str(p) for p in (*stack[stack.index(key) :], key))
+            file, line = where or (ref, 1)
             problems.append(PolicyProblem(file, line, f"extend: cycle {chain!r}"))
             return
-        if real in done:
+        if key in done:
             return
-        try:
-            text, prefix, digest = _read(path)
-        except OSError as exc:
-            file, line = where or (str(path), 1)
-            what = f"extend: cannot read {str(path)!r}" if where else f"cannot read {str(path)!r}"
-            problems.append(PolicyProblem(file, line, f"{what}: {exc.strerror or exc}"))
-            return
-        except UnicodeDecodeError:
-            problems.append(PolicyProblem(str(path), 1, "not UTF-8 text"))
-            return
-        layer, found = _parse(str(path), text, prefix)
+        prefix: KeyPath | None = None
+        if builtin:
+            found_builtin = _builtin(ref)
+            if found_builtin is None:
+                file, line = where or (ref, 1)
+                known = ", ".join(BUILTIN_PREFIX + n for n in builtin_policies())
+                problems.append(
+                    PolicyProblem(
+                        file,
+                        line,
+                        f"{'extend: ' if where else ''}no built-in policy {ref!r} "
+                        f"(built-in: {known})",
+                        unreadable=where is None,
+                    )
+                )
+                return
+            label, data = found_builtin
+            text, digest = data.decode("utf-8"), "sha256:" + hashlib.sha256(data).hexdigest()
+        else:
+            label = str(path)
+            try:
+                text, prefix, digest = _read(path)
+            except OSError as exc:
+                reason = f"{exc.strerror or exc}{_missing_hint(ref) if where else ''}"
+                if where is None:
+                    problems.append(
+                        PolicyProblem(label, 1, f"cannot read {label!r}: {reason}", unreadable=True)
+                    )
+                else:
+                    file, line = where
+                    problems.append(
+                        PolicyProblem(file, line, f"extend: cannot read {label!r}: {reason}")
+                    )
+                return
+            except UnicodeDecodeError:
+                problems.append(PolicyProblem(label, 1, "not UTF-8 text"))
+                return
+        layer, found = _parse(label, text, prefix)
         layer.digest = digest
         problems.extend(found)
-        for ref, line in layer.extends:
-            target = ref if ref.is_absolute() else path.parent / ref
-            visit(target, (*stack, real), (str(path), line))
-        done.add(real)
+        for extended, line in layer.extends:
+            target = extended
+            if builtin and not extended.startswith(BUILTIN_PREFIX):
+                # a built-in extends other built-ins, by name or by their file name
+                target = BUILTIN_PREFIX + Path(extended).name.removesuffix(".toml")
+            visit(target, None if builtin else path.parent, (*stack, key), (label, line))
+        done.add(key)
         layers.append(layer)
 
     for p in paths:
-        visit(Path(p), (), None)
+        visit(os.fspath(p), None, (), None)
     return layers, problems
 
 
