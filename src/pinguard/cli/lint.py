@@ -7,8 +7,10 @@ apply to the ``--target`` values, see `pinguard.policy.effective`); ``--require-
 ``require_guard = true`` in the policy, turns on `missing-guard`. Reports are rendered by
 `pinguard.report.lint`. Exit codes: 0 when no finding is at or above ``--fail-on`` (default
 ``warning``: every lint rule describes a way to ship drift), 1 when one is, 2 when a
-Dockerfile cannot be read or parsed or the command line or policy is wrong (the other files
-are still linted and reported).
+Dockerfile cannot be read or parsed or the command line or policy is wrong. Each file that
+cannot be read or parsed is one ``pinguard: error:`` line on stderr; the other files are
+still linted and reported, and when none could be, no report is written at all (a missing
+Dockerfile is one error line and exit 2, nothing on stdout).
 """
 
 from __future__ import annotations
@@ -67,12 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
     findings: list[LintFinding] = []
     errors: list[tuple[str, str]] = []
+    linted = 0
     for path in args.dockerfiles:
         try:
             dockerfile = parse_file(path, build_args=values)
         except InvalidDockerfile as exc:
             errors.append((path, str(exc)))
             continue
+        linted += 1
         findings += lint(
             dockerfile,
             pinned=policy.pin_requirements,
@@ -82,15 +86,16 @@ def run(args: argparse.Namespace) -> int:
             policy_file=policy.policy_file,
         )
 
+    for _path, message in errors:  # InvalidDockerfile's message names the file
+        print(f"pinguard: error: {message}", file=sys.stderr)
+    if not linted:
+        return EXIT_USAGE  # nothing was linted: no report to write
     text = LINT_FORMATS[args.format](findings, errors)
     if args.output:
         write_output(args.output, text, f"the {args.format} lint report")
     else:
         sys.stdout.write(text)
     if errors:
-        if args.output:
-            for path, message in errors:
-                print(f"pinguard: error: {path}: {message}", file=sys.stderr)
         return EXIT_USAGE
     fail_on = FAIL_ON[args.fail_on]
     if fail_on is not None and any(f.severity.rank >= fail_on.rank for f in findings):

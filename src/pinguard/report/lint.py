@@ -63,13 +63,18 @@ def render_sarif(findings: Sequence[LintFinding], errors: Errors = ()) -> str:
 
 
 def render_table(findings: Sequence[LintFinding], errors: Errors = ()) -> str:
-    """One ``path:line: severity [rule] message`` line per finding, then a summary line."""
+    """One ``path:line: severity [rule] message`` line per finding, then a summary line that
+    counts the files that could not be linted (the CLI prints why on stderr)."""
     ordered = sorted(findings, key=LintFinding.sort_key)
     lines = [
         f"{f.path}:{f.line}: {f.severity.value} [{f.rule}] {f.finding.message}" for f in ordered
     ]
-    lines += [f"error: {m}" for _, m in sorted(errors)]
     counts = {s: sum(1 for f in ordered if f.severity is s) for s in Severity}
     summary = ", ".join(f"{counts[s]} {s.value}" for s in reversed(Severity) if counts[s])
-    lines.append(f"{len(ordered)} finding(s)" + (f": {summary}" if summary else ""))
+    unread = len({path for path, _ in errors})
+    lines.append(
+        f"{len(ordered)} finding(s)"
+        + (f": {summary}" if summary else "")
+        + (f"; {unread} Dockerfile(s) could not be linted" if unread else "")
+    )
     return "\n".join(lines) + "\n"
