@@ -8,6 +8,12 @@ directory in a ``site-packages``/``dist-packages`` directory, or in the one a sy
 named resolves to (``/usr/local/lib/python3.11/site-packages -> /opt/pkgs``: the environment
 is the link's path, its ``real_path`` the directory), or outside every environment (an
 incomplete, unless it is a vendored copy, an installer cache or a source tree's egg-info).
+A dist-info kept in a directory named ``dist-info`` outside every environment is the record
+of a wheel whose files were moved elsewhere: the CUDA toolkit assembled from NVIDIA's
+``nvidia-*`` wheels keeps ``/usr/local/cuda-13.0/dist-info/nvidia_cuda_runtime-13.0.96.dist-info``
+while ``libcudart.so.13`` lies in ``/usr/local/cuda-13.0/lib``. No Python imports from there,
+yet the metadata reads, so it is catalogued as a generic ``Package`` (kind ``python``, owner
+the tree above ``dist-info``, a ``pkg:pypi`` purl), not reported as incomplete.
 Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop: metadata
 that is not UTF-8 (decoded with replacement), a kept header above its cap, a dist-info whose
 directory name and ``Name`` disagree, an egg-info without a ``Version`` (listed with an
@@ -30,6 +36,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from urllib.parse import quote
 
 from packaging.utils import canonicalize_name
 
@@ -42,12 +49,16 @@ from pinguard.catalog.interface import (
 )
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, HASH, LINK
-from pinguard.models import Distribution, Environment, Incomplete
+from pinguard.models import Distribution, Environment, Incomplete, Package
 from pinguard.target import cached_requirement
 
-VERSION = "1"  # bump when parsing changes (the layer cache key also covers this source)
+VERSION = "2"  # bump when parsing changes (the layer cache key also covers this source)
 
 ENV_DIRS = ("site-packages", "dist-packages")
+# A directory of this name outside every environment holds the dist-info records of wheels
+# whose files were installed elsewhere (the CUDA toolkit built from nvidia-* wheels).
+RECORDS_DIR = "dist-info"
+KIND = "python"  # the generic Package kind of such records (this analyzer's name)
 DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 EGG_INFO_FILES = frozenset({"PKG-INFO", "requires.txt", "installed-files.txt"})
 # Caps on the header values the catalog keeps (characters); a longer value is incomplete.
@@ -203,8 +214,10 @@ def place(meta: str, aliases: Mapping[str, str]) -> Placement:
     ``aliases`` is ``env_links`` of the state. A directory inside an environment but not
     directly in it (a package's vendored ``_vendor/x.dist-info``), an installer's cache
     (a ``.cache`` directory, uv's ``archive-vN`` entries) and an egg-info no environment
-    reaches (setuptools writes one into every source tree it builds) are expected;
-    any other dist-info no environment reaches is ``outside``, reported as incomplete.
+    reaches (setuptools writes one into every source tree it builds) are expected; a
+    dist-info in a directory named ``dist-info`` is a ``record`` of a wheel whose files lie
+    elsewhere (catalogued as a generic package); any other dist-info no environment reaches
+    is ``outside``, reported as incomplete.
     """
     real_env = posixpath.dirname(meta)
     if is_env_dir(real_env):
@@ -221,6 +234,8 @@ def place(meta: str, aliases: Mapping[str, str]) -> Placement:
         return Placement(None, real_env, "cache")
     if _is_egg(meta):
         return Placement(None, real_env, "egg-info")
+    if parts[-1] == RECORDS_DIR:
+        return Placement(None, real_env, "record")
     return Placement(None, real_env, "outside")
 
 
@@ -228,6 +243,27 @@ OUTSIDE = (
     "distribution metadata in a directory no Python environment reaches (neither a "
     "site-packages/dist-packages path nor a symlink named so resolves to it); not audited"
 )
+
+
+def record_package(dist: Distribution) -> Package:
+    """A dist-info under a ``dist-info`` directory as a generic ``Package``: owner the tree
+    it describes (the directory above ``dist-info``), its installer and the wheel's URL
+    from ``direct_url.json`` as properties, a ``pkg:pypi`` purl."""
+    properties: list[tuple[str, str]] = []
+    if dist.installer:
+        properties.append(("installer", dist.installer))
+    url = (dist.direct_url or {}).get("url")
+    if isinstance(url, str) and url:
+        properties.append(("url", url))
+    return Package(
+        kind=KIND,
+        name=str(dist.name),
+        version=dist.raw_version,
+        location=dist.metadata_path,
+        owner=posixpath.dirname(posixpath.dirname(dist.metadata_path)) or "/",
+        properties=tuple(properties),
+        purl=f"pkg:pypi/{quote(str(dist.name), safe='')}@{quote(dist.raw_version, safe='')}",
+    )
 
 
 def _is_egg(meta_dir: str) -> bool:
@@ -548,6 +584,12 @@ class PythonSession(AnalyzerSession):
         real_of: dict[str, str] = {}
         for meta in sorted(self._dists):
             where = place(meta, aliases)
+            if where.why == "record":
+                record, problems = self._parsed(meta, meta, files)
+                parts.incomplete.extend(problems)
+                if record is not None:
+                    parts.packages.append(record_package(record))
+                continue
             if where.env is None:
                 if where.why == "outside":
                     parts.incomplete.append(Incomplete(meta, OUTSIDE, final_only=True))

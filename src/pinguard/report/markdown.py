@@ -17,7 +17,13 @@ import html
 from pinguard import __version__
 from pinguard.models import AuditResult, Finding, Severity
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.summary import KINDS, audit_reasons, header, summarize
+from pinguard.report.summary import (
+    KINDS,
+    audit_reasons,
+    header,
+    other_packages_text,
+    summarize,
+)
 
 _ICON = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}
 
@@ -80,6 +86,9 @@ def _summary(result: AuditResult, options: RenderOptions) -> list[str]:
             cells += [str(env.counts[i]) if env.counts[i] else "" for i in kinds]
             cells.append(f"**{env.unmet}**" if env.unmet else "")
             lines.append("| " + " | ".join(cells) + " |")
+    others = other_packages_text(result)
+    if others is not None:
+        lines += ["", _cell(others[0].upper() + others[1:]) + "."]
     if summary.steps:
         lines += ["", "| Step | Changes | Command |", "|---|---|---|"]
         for step in summary.steps[: options.max_rows]:

@@ -165,6 +165,20 @@ def verdict_text(verdict: str, why: Sequence[str]) -> str:
     return f"{verdict} ({'; '.join(why)})" if why else verdict
 
 
+def other_packages_text(result: AuditResult) -> str | None:
+    """The generic package records of the final state counted per kind and owner, for the
+    formats that do not list them (``other packages: 10 python in /usr/local/cuda-13.0``);
+    None when there are none."""
+    counts: dict[tuple[str, str], int] = {}
+    for p in result.final.packages:
+        key = (p.kind, p.owner or "the image")
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return None
+    parts = [f"{n} {kind} in {owner}" for (kind, owner), n in sorted(counts.items())]
+    return "other packages: " + ", ".join(parts) + " (json, html and the SBOMs list them)"
+
+
 def _flagged(result: AuditResult) -> set[tuple[str | None, str]]:
     return {(f.environment, f.package) for f in result.findings if f.package}
 

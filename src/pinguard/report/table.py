@@ -31,6 +31,7 @@ from pinguard.report.summary import (
     header,
     layer_read_lines,
     listed,
+    other_packages_text,
     plural,
     summarize,
     verdict_text,
@@ -209,6 +210,9 @@ def _draw_summary(
                 *(unmet if any_unmet else []),
             )
         console.print(table)
+    others = other_packages_text(result)
+    if others is not None:
+        console.print(Text(others, style="dim"), soft_wrap=True)
     errors = summary.findings[0]
     console.print(
         Text(
