@@ -112,11 +112,25 @@ def buildah_reference(text: str) -> str:
     return ref.canonical
 
 
+def _tool_message(output: str) -> str:
+    """The last lines a failed tool printed, as one clause of pinguard's own message: each
+    line without the tool's ``Error:`` prefix, blank and repeated lines dropped, joined by
+    ``; `` (``Error: x: image not known`` -> ``x: image not known``)."""
+    lines: list[str] = []
+    for raw in output.strip().splitlines()[-3:]:
+        line = raw.strip()
+        if line[:6].lower() == "error:":
+            line = line[6:].strip()
+        if line and line not in lines:
+            lines.append(line)
+    return "; ".join(lines) or "no message"
+
+
 def _run(cmd: Sequence[str], what: str) -> str:
     done = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise ProbeError(f"{what} failed (exit {done.returncode}): {' / '.join(tail)}")
+        message = _tool_message(done.stderr or done.stdout)
+        raise ProbeError(f"{what} failed (exit {done.returncode}): {message}")
     return done.stdout
 
 
