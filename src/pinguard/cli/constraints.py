@@ -171,11 +171,11 @@ def run_pylock(
             "--glibc X.Y locks for the image's own",
             file=out,
         )
-        target = dataclasses.replace(target, glibc=pylock.DEFAULT_GLIBC)
-        source = ""
     index = index_options(args)
     client = SimpleIndex(index.index_urls, index.find_links)
     lock = pylock.build_lock(cs, client=client, target=target, glibc_source=source)
+    # uv installs it for the glibc its wheels were chosen for (the assumed one included)
+    target = dataclasses.replace(target, glibc=target.glibc or pylock.DEFAULT_GLIBC)
     text = pylock.render_pylock(lock)
     if args.output and not pylock.is_pylock(args.output):
         print(

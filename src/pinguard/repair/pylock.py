@@ -274,7 +274,7 @@ def build_lock(
     """
     known = glibc or target.glibc
     used = known or DEFAULT_GLIBC
-    source = glibc_source if known else ""
+    source = (glibc_source or "given") if known else ""
     supported = frozenset(target_tags(target, used))
     needs: list[tuple[int, int]] = []
     python = Version(target.python_version or target.major_minor or "0")
@@ -319,20 +319,17 @@ def build_lock(
                     entry.name, str(version), tuple(wheels), rp[0] if len(rp) == 1 else None
                 )
             )
+    origin = source or "assumed: the image has no libc6 package"
     if problems:
         where = ", ".join(client.index_urls + client.find_links) or "no index"
         hint = [_glibc_hint(used, source, max(needs))] if needs else []
         raise LockError(
             f"cannot lock {len(problems)} of {len(cs.entries)} packages for CPython "
-            f"{target.major_minor} on {target.platform}, glibc {_glibc_text(used)}, from "
-            f"{where}:\n  " + "\n  ".join(problems + hint)
+            f"{target.major_minor} on {target.platform} with glibc {_glibc_text(used)} "
+            f"({origin}) from {where}:\n  " + "\n  ".join(problems + hint)
         )
     mm = target.major_minor
-    glibc_line = (
-        f"glibc: {_glibc_text(used)} ({source})"
-        if source
-        else f"glibc: {_glibc_text(used)} (assumed: the image has no libc6 package; --glibc X.Y)"
-    )
+    glibc_line = f"glibc: {_glibc_text(used)} ({origin}{'' if source else '; --glibc X.Y'})"
     return Lock(
         packages=tuple(sorted(packages, key=lambda p: p.name)),
         environment_marker=environment_marker(target),
