@@ -345,7 +345,7 @@ def test_a_failing_verdict_is_attested_but_never_verifies(ctx: Ctx) -> None:
 def test_an_incomplete_audit_is_not_attested_unless_allowed(ctx: Ctx) -> None:
     """A dist-info without Name/Version: attest exits 3 and pushes nothing; with
     --allow-incomplete (and --allow-no-python: nothing else is there) it attests, and verify
-    accepts that only with --allow-incomplete."""
+    accepts that only with --allow-incomplete (and --allow-no-python)."""
     site = "usr/local/lib/python3.11/site-packages"
     layout = build_oci_layout(
         ctx.tmp_path / "layout",
@@ -364,7 +364,10 @@ def test_an_incomplete_audit_is_not_attested_unless_allowed(ctx: Ctx) -> None:
     code, out, _ = ctx.verify(ref)
     assert code == 1
     assert "could not read everything" in out
-    assert ctx.verify(ref, "--allow-incomplete")[0] == 0
+    code, out, _ = ctx.verify(ref, "--allow-incomplete")
+    assert code == 1
+    assert "no Python environment" in out
+    assert ctx.verify(ref, "--allow-incomplete", "--allow-no-python")[0] == 0
 
 
 def test_unreadable_image_and_usage_errors(ctx: Ctx) -> None:

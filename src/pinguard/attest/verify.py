@@ -168,11 +168,11 @@ def _judgement(attested: AttestedAudit, demands: Demands) -> list[str]:
     if over and judged_at in THRESHOLDS and looser(str(judged_at), required):
         reasons.append(
             f"it was judged at --fail-on {judged_at}, looser than --fail-on {required} here, "
-            f"and records {_counted(over)} finding(s): judged at {required} it fails"
+            f"and records {_counted(over)} finding(s), which fail at {required}"
         )
     elif over:
         reasons.append(
-            f"it records {_counted(over)} unwaived finding(s), at or above --fail-on {required}"
+            f"it records {_counted(over)} finding(s), which fail at --fail-on {required}"
         )
     own = counts.at_or_above(str(judged_at)) if judged_at in THRESHOLDS else {}
     if attested.verdict == "pass" and own:
