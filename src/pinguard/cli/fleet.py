@@ -118,52 +118,90 @@ def _task_options(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    import os
+def _check_policy(args: argparse.Namespace) -> None:
+    """Load the policy files here first: a typo'd ``--policy`` is one error now, not an
+    error record for every image the workers audit."""
+    if not args.policy:
+        return  # the workers' own default or discovered policy: nothing to check here
+    from pinguard.policy.load import load_run_policy
 
-    from pinguard.fleet.app import BROKER_ENV, make_app
+    load_run_policy(list(args.policy))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinguard.fleet.broker import (
+        BrokerUnreachable,
+        broker_url,
+        check_broker,
+        on_broker,
+        require_extra,
+    )
+
+    require_extra("pinguard fleet run")
+    from pinguard.fleet.app import make_app
     from pinguard.fleet.dispatch import enqueue, references_from, wait
     from pinguard.fleet.records import ResultStore
 
     refs = references_from(
         args.references, args.file, args.repository, tuple(args.insecure_registry)
     )
+    _check_policy(args)
     options = _task_options(args)
-    app = make_app(args.broker or os.environ.get(BROKER_ENV))
-    tasks = enqueue(app, refs, options)
+    broker = broker_url(args.broker)
+    app = make_app(broker, enqueuer=True)
+    check_broker(app, broker, args.broker)
+    store = ResultStore(args.results)
+    store.check_readable()
+    with on_broker(broker, args.broker):
+        tasks = enqueue(app, refs, options)
     print(f"enqueued {len(tasks)} audit(s)", file=sys.stderr)
-    records = wait(app, tasks, ResultStore(args.results), args.timeout)
+    try:
+        with on_broker(broker, args.broker):
+            records = wait(app, tasks, store, args.timeout)
+    except BrokerUnreachable as exc:
+        raise BrokerUnreachable(
+            f"{exc} (while waiting for {len(tasks)} audit(s); what the workers finish still "
+            f"lands in the result store: pinguard fleet report --results {args.results})"
+        ) from None
     return _emit(args, records)
 
 
 def report(args: argparse.Namespace) -> int:
     from pinguard.fleet.records import ResultStore
 
-    return _emit(args, ResultStore(args.results).all())
+    store = ResultStore(args.results)
+    store.check_readable()
+    return _emit(args, store.all())
 
 
 def receive(args: argparse.Namespace) -> int:
-    import os
+    from pinguard.errors import PinguardError, UsageError
+    from pinguard.fleet.broker import broker_url, check_broker, on_broker, require_extra
 
-    from pinguard.errors import UsageError
-    from pinguard.fleet.app import BROKER_ENV, make_app
+    require_extra("pinguard fleet receive")
+    from pinguard.fleet.app import make_app
     from pinguard.fleet.dispatch import enqueue
     from pinguard.fleet.webhook import Push, Receiver
 
     try:
         token = args.token_file.read_text().strip()
     except OSError as exc:
-        raise UsageError(f"cannot read --token-file: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"cannot read --token-file {str(args.token_file)!r}: {exc.strerror or exc}"
+        ) from None
     if len(token) < 16:
         raise UsageError("--token-file: the token must be at least 16 characters")
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit():
         raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
-    app = make_app(args.broker or os.environ.get(BROKER_ENV))
+    _check_policy(args)
+    broker = broker_url(args.broker)
+    app = make_app(broker, enqueuer=True)
     options = _task_options(args)
 
     def send(refs: Sequence[str]) -> None:
-        enqueue(app, refs, options)
+        with on_broker(broker, args.broker):
+            enqueue(app, refs, options)
 
     def report(push: Push) -> None:
         where = f"{push.repository}:{push.tag}@{push.digest}"
@@ -172,7 +210,19 @@ def receive(args: argparse.Namespace) -> int:
         else:
             print(f"ignored {where}: {push.ignored}", file=sys.stderr, flush=True)
 
-    server = Receiver(host, int(port), token, args.registry, send, report)
+    def failed(refs: Sequence[str], exc: Exception) -> None:
+        why = str(exc) if isinstance(exc, PinguardError) else f"{type(exc).__name__}: {exc}"
+        print(
+            f"answered 503 (the registry retries): could not enqueue {len(refs)} audit(s): {why}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    server = Receiver(host, int(port), token, args.registry, send, report, failed)
+    try:
+        check_broker(app, broker, args.broker)
+    except PinguardError as exc:  # it may come up later: pushes are answered 503 until then
+        print(f"warning: {exc}; pushes are answered 503 until it can", file=sys.stderr)
     print(f"listening on {server.address}", file=sys.stderr, flush=True)
     try:
         server.serve_forever()

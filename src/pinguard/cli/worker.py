@@ -3,13 +3,14 @@
 Runs ``celery worker`` on the ``pinguard`` queue of ``--broker`` in this process, with the
 fleet app's settings (late acks, prefetch 1, the visibility timeout); each task audits one
 reference with this worker's result store, shared layer cache, layer jobs, insecure
-registries and attestation key.
+registries and attestation key. Before Celery starts, what would fail every task or keep the
+worker from ever taking one is an error naming it: the ``fleet`` extra not installed (exit
+2), a bad key, a result store it cannot write to (2), a broker it cannot reach (3).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from pinguard.cli.common import add_cache_options, cache_spec
@@ -49,13 +50,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.fleet.app import BROKER_ENV, QUEUE, make_app
+    from pinguard.fleet.broker import broker_url, check_broker, require_extra
+
+    require_extra("pinguard worker")
+    from pinguard.fleet.app import QUEUE, make_app
+    from pinguard.fleet.records import ResultStore
     from pinguard.fleet.task import WorkerSettings, configure
 
     if args.attest_key is not None:
         from pinguard.signing.keys import load_private_key
 
         load_private_key(args.attest_key)  # a bad key fails now, not in every task
+    ResultStore(args.results).check_writable()  # as must the store every task writes to
     configure(
         WorkerSettings(
             results=args.results,
@@ -65,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
             attest_key=args.attest_key,
         )
     )
-    app = make_app(
-        args.broker or os.environ.get(BROKER_ENV), visibility_timeout=args.visibility_timeout
-    )
+    broker = broker_url(args.broker)
+    app = make_app(broker, visibility_timeout=args.visibility_timeout)
+    # a broker down at start is exit 3 now (Celery alone retries 100 times); one lost later
+    # is Celery's to reconnect to, as a long-running worker must
+    check_broker(app, broker, args.broker)
     argv = ["worker", "--pool", args.pool, "--concurrency", str(max(1, args.concurrency))]
     argv += ["-Q", QUEUE, "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     if args.hostname:

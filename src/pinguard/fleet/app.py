@@ -10,7 +10,9 @@ mid-audit leaves it to be delivered again, and no worker holds tasks it has not 
 the Redis transport's ``visibility_timeout`` (``PINGUARD_VISIBILITY_TIMEOUT``, default six
 hours) must be longer than the longest audit, or a slow audit is delivered twice while it
 runs (workers look for such tasks every tenth of it, at most every minute); Redis itself
-must run with ``maxmemory-policy noeviction`` or it may drop queued tasks.
+must run with ``maxmemory-policy noeviction`` or it may drop queued tasks. An enqueuer's app
+(``enqueuer=True``: ``fleet run``, ``fleet receive``) gives up on a broker that went away
+after about a second, not Celery's 20 (``broker.on_broker`` says which broker and why).
 """
 
 from __future__ import annotations
@@ -20,19 +22,30 @@ from typing import Any
 
 from celery import Celery
 
+from pinguard.fleet.broker import BROKER_ENV, DEFAULT_BROKER, broker_url
 from pinguard.fleet.task import audit_reference
 
-BROKER_ENV = "PINGUARD_BROKER_URL"
+__all__ = ["BROKER_ENV", "DEFAULT_BROKER", "QUEUE", "TASK_NAME", "app", "make_app"]
+
 VISIBILITY_ENV = "PINGUARD_VISIBILITY_TIMEOUT"
-DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_VISIBILITY_TIMEOUT = 6 * 3600
 TASK_NAME = "pinguard.audit"
 QUEUE = "pinguard"
 
 
-def make_app(broker: str | None = None, *, visibility_timeout: int | None = None) -> Celery:
-    """The Celery app on ``broker`` (default ``$PINGUARD_BROKER_URL``)."""
-    broker = broker or os.environ.get(BROKER_ENV) or DEFAULT_BROKER
+#: an enqueuer's result backend retries a lost connection this way (Celery: 20 x 1 s)
+ENQUEUER_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+
+
+def make_app(
+    broker: str | None = None,
+    *,
+    visibility_timeout: int | None = None,
+    enqueuer: bool = False,
+) -> Celery:
+    """The Celery app on ``broker`` (default ``$PINGUARD_BROKER_URL``); ``enqueuer``: an app
+    that only sends tasks and reads their results, and gives up on a lost broker soon."""
+    broker = broker_url(broker)
     if visibility_timeout is None:
         visibility_timeout = int(os.environ.get(VISIBILITY_ENV) or DEFAULT_VISIBILITY_TIMEOUT)
     app = Celery("pinguard", broker=broker, backend=broker)
@@ -49,7 +62,9 @@ def make_app(broker: str | None = None, *, visibility_timeout: int | None = None
         worker_prefetch_multiplier=1,
         task_reject_on_worker_lost=True,
         broker_transport_options=transport,
-        result_backend_transport_options=transport,
+        result_backend_transport_options=(
+            {**transport, "retry_policy": ENQUEUER_RETRY} if enqueuer else transport
+        ),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

@@ -1,7 +1,8 @@
 """Enqueue fleet audits and wait for them: the enqueuer's side of ``app.py``.
 
 ``references_from`` gathers what to audit (the command line, a file of references, every
-tag of a registry repository), de-duplicated and sorted. ``enqueue`` sends one task per
+tag of a registry repository but the referrers tags, ``is_referrers_tag``: attestations and
+signatures, never images), de-duplicated and sorted. ``enqueue`` sends one task per
 reference; ``wait`` collects their records from the result store as tasks finish, and gives
 an image whose task has not finished by the deadline a ``pending`` record, and one whose task
 failed unexpectedly an ``error`` record (exit 1), so the summary always has every image.
@@ -9,6 +10,7 @@ failed unexpectedly an ``error`` record (exit 1), so the summary always has ever
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +20,17 @@ from typing import Any
 from pinguard.errors import EXIT_FINDINGS, UsageError
 from pinguard.fleet.records import ImageRecord, ResultStore
 
+#: the OCI referrers tag schema (``sha256-<hex>``, what ``pinguard attest --push`` and
+#: fleet attestations write on a registry without the referrers API) and cosign's
+#: ``sha256-<hex>.sig`` / ``.att`` / ``.sbom``
+_REFERRERS_TAG = re.compile(r"^sha(256|512)-[0-9a-f]+(\..*)?$")
+
+
+def is_referrers_tag(tag: str) -> bool:
+    """Whether ``tag`` holds an image's referrers (attestations, signatures), not an image:
+    neither ``fleet run --repository`` nor the push receiver audits it."""
+    return _REFERRERS_TAG.match(tag) is not None
+
 
 def references_from(
     references: Sequence[str],
@@ -26,7 +39,7 @@ def references_from(
     insecure_registries: tuple[str, ...] = (),
 ) -> list[str]:
     """The references to audit: given, listed in files (one a line, ``#`` comments), and
-    ``docker://HOST/REPO:TAG`` for every tag of each repository."""
+    ``docker://HOST/REPO:TAG`` for every tag of each repository but its referrers tags."""
     out = set(references)
     for path in files:
         try:
@@ -46,7 +59,11 @@ def references_from(
             name = repo.removeprefix("docker://")
             source = RegistrySource(name, SourceOptions(insecure_registries=insecure_registries))
             try:
-                out.update(f"docker://{name}:{tag}" for tag in list_tags(source))
+                out.update(
+                    f"docker://{name}:{tag}"
+                    for tag in list_tags(source)
+                    if not is_referrers_tag(tag)
+                )
             finally:
                 source.close()
     if not out:

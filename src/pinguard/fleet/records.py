@@ -6,18 +6,24 @@ beside it as the JSON report. ``ResultStore`` is a directory shared by workers a
 (a volume), one ``<id>.json`` record and one ``<id>.audit.json`` report per (reference,
 options); the id is a digest of both, so a task delivered twice (a worker killed mid-audit)
 writes the same names with the same bytes, atomically: one result. Celery's result backend
-carries only the id, never the record.
+carries only the id, never the record. A store that is not there, or cannot be listed, is a
+``UsageError`` naming it (``check_readable``) for readers, and one a worker cannot create or
+write to is (``check_writable``), before any audit: a typo'd path must not read as an empty
+fleet, nor fail every task.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pinguard.errors import UsageError
 from pinguard.fileio import atomic_write
 
 RECORD_FORMAT = "pinguard/fleet-record/1"
@@ -116,6 +122,32 @@ class ResultStore:
         if not rid.isalnum():
             raise ValueError(f"not a record id: {rid!r}")
         return self.directory / f"{rid}{suffix}"
+
+    def check_readable(self) -> None:
+        """``UsageError`` unless the store is a directory this process can list."""
+        try:
+            with os.scandir(self.directory):
+                pass
+        except FileNotFoundError:
+            raise UsageError(f"the result store {self.directory} does not exist") from None
+        except NotADirectoryError:
+            raise UsageError(f"the result store {self.directory} is not a directory") from None
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read the result store {self.directory}: {exc.strerror or exc}"
+            ) from None
+
+    def check_writable(self) -> None:
+        """Create the store if it is not there; ``UsageError`` unless a record can be
+        written to it (a file is made there and removed)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.directory, prefix=".pinguard-check-"):
+                pass
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write to the result store {self.directory}: {exc.strerror or exc}"
+            ) from None
 
     def write(self, rid: str, record: ImageRecord, report: str | None = None) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -4,14 +4,15 @@ The registry POSTs an envelope ``{"events": [...]}`` (media type
 ``application/vnd.docker.distribution.events.v1+json``) to each endpoint, with the headers
 its config names; the receiver demands ``Authorization: Bearer <token>`` (compared in
 constant time) and answers 401 otherwise. ``audits_for`` picks the events worth an audit:
-``action`` ``push`` of a manifest or index (by media type) under a tag, not a
-``sha256-<hex>`` tag (the referrers tag schema pinguard's own attestations use, so attaching
-a result never triggers another audit). Each becomes ``docker://REGISTRY/REPO@DIGEST``:
-exactly what was pushed, REGISTRY as configured or else the host of the event's
-``target.url``. A body that is not an envelope is
-400; when enqueuing fails (the broker is down) the answer is 503, and the registry retries
-the delivery (its ``threshold`` and ``backoff``). ``Receiver`` is the HTTP server; what it
-did is handed to a callback, so only the CLI prints.
+``action`` ``push`` of a manifest or index (by media type) under a tag, not a referrers tag
+(``dispatch.is_referrers_tag``: the ``sha256-<hex>`` tag schema pinguard's own attestations
+use, so attaching a result never triggers another audit). Each becomes
+``docker://REGISTRY/REPO@DIGEST``: exactly what was pushed, REGISTRY as configured or else
+the host of the event's ``target.url``. A body that is not an envelope is 400; when
+enqueuing fails (the broker is down) the answer is 503, and the registry retries the
+delivery (its ``threshold`` and ``backoff``). ``Receiver`` is the HTTP server (an address it
+cannot listen on is a ``UsageError``); what it did, and why an enqueue failed, are handed to
+callbacks, so only the CLI prints.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from pinguard.errors import UsageError
+from pinguard.fleet.dispatch import is_referrers_tag
+
 MANIFEST_TYPES = frozenset(
     {
         "application/vnd.oci.image.manifest.v1+json",
@@ -35,7 +39,6 @@ MANIFEST_TYPES = frozenset(
     }
 )
 MAX_BODY = 1 << 20
-_TAG_SCHEMA = re.compile(r"^sha(256|512)-[0-9a-f]+(\..*)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,7 @@ def audits_for(envelope: Any, registry: str | None = None) -> list[Push]:
             out.append(_ignored(push, "no repository or sha256 digest"))
         elif not tag:
             out.append(_ignored(push, "pushed by digest, without a tag"))
-        elif _TAG_SCHEMA.match(tag):
+        elif is_referrers_tag(tag):
             out.append(_ignored(push, "a referrers tag (an attestation or signature)"))
         elif not host:
             out.append(_ignored(push, "no registry address in the event (give --registry)"))
@@ -98,6 +101,7 @@ def _ignored(push: Push, why: str) -> Push:
 
 Enqueue = Callable[[Sequence[str]], None]
 Report = Callable[[Push], None]
+Failed = Callable[[Sequence[str], Exception], None]
 
 
 class Receiver:
@@ -111,12 +115,19 @@ class Receiver:
         registry: str | None,
         enqueue: Enqueue,
         report: Report | None = None,
+        failed: Failed | None = None,
     ) -> None:
         self.token = token
         self.registry = registry
         self.enqueue = enqueue
         self.report = report or (lambda push: None)
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.failed = failed or (lambda refs, exc: None)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        except OSError as exc:  # the port taken, a host not of this machine or not resolved
+            raise UsageError(
+                f"--listen {host}:{port}: cannot listen there: {exc.strerror or exc}"
+            ) from None
         self.httpd.daemon_threads = True
         self.httpd.receiver = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
@@ -180,6 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
             if refs:
                 receiver.enqueue(refs)
         except Exception as exc:  # any broker failure: 503, and the registry retries
+            receiver.failed(refs, exc)
             self._reply(503, f"could not enqueue: {type(exc).__name__}")
             return
         for push in pushes:

@@ -7,8 +7,10 @@ PX ttl``, extended and dropped by small scripts that act only while TOKEN still 
 ``redis://`` is plain TCP, ``rediss://`` TLS (a CA bundle, and a client
 certificate and key for mutual TLS); AUTH takes the password from the URL or from
 ``$PINGUARD_CACHE_PASSWORD``. Short connect and read timeouts: a cache that is down must
-cost an audit seconds, not minutes. Every Redis error becomes ``CacheUnavailable``. The
-client is made on first use and dropped when pickled (the pipeline's worker processes).
+cost an audit seconds, not minutes. Every Redis error becomes ``CacheUnavailable``, and so
+does redis-py not being installed (pinguard without the ``fleet`` extra): the audit notes it
+and goes on without the shared cache. The client is made on first use and dropped when
+pickled (the pipeline's worker processes).
 """
 
 from __future__ import annotations
@@ -69,8 +71,7 @@ class RedisBackend:
 
     def client(self) -> Any:
         if self._client is None:
-            import redis
-
+            redis = _redis()
             kwargs: dict[str, Any] = {
                 "socket_connect_timeout": CONNECT_TIMEOUT,
                 "socket_timeout": READ_TIMEOUT,
@@ -88,21 +89,11 @@ class RedisBackend:
         return self._client
 
     def load(self, name: str) -> bytes | None:
-        import redis
-
-        try:
-            value = self.client().get(PREFIX + name)
-        except (redis.RedisError, OSError) as exc:
-            raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
+        value = self._call("get", PREFIX + name)
         return bytes(value) if value is not None else None
 
     def save(self, name: str, data: bytes) -> None:
-        import redis
-
-        try:
-            self.client().set(PREFIX + name, data, ex=self.ttl or None)
-        except (redis.RedisError, OSError) as exc:
-            raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
+        self._call("set", PREFIX + name, data, ex=self.ttl or None)
 
     def lock(self, name: str, token: str, ttl_ms: int) -> bool:
         return bool(self._call("set", LOCK_PREFIX + name, token, nx=True, px=ttl_ms))
@@ -117,9 +108,17 @@ class RedisBackend:
         return bool(self._call("exists", LOCK_PREFIX + name))
 
     def _call(self, command: str, *args: Any, **kwargs: Any) -> Any:
-        import redis
-
+        client = self.client()
         try:
-            return getattr(self.client(), command)(*args, **kwargs)
-        except (redis.RedisError, OSError) as exc:
+            return getattr(client, command)(*args, **kwargs)
+        except (_redis().RedisError, OSError) as exc:
             raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+
+def _redis() -> Any:
+    """The ``redis`` module; ``CacheUnavailable`` saying what to install when it is not."""
+    try:
+        import redis
+    except ImportError:
+        raise CacheUnavailable("redis-py is not installed: pip install 'pinguard[fleet]'") from None
+    return redis
