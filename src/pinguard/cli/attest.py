@@ -81,9 +81,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.policy or "none" in args.policy:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
     require_judgement(FAIL_ON[args.fail_on], None)  # --fail-on never: exit 2 before the audit
+    from pinguard.errors import ImageNotFound
     from pinguard.sources import resolve_reference
 
-    target = resolve_reference(args.reference)  # a bad reference or a missing file: at once
+    try:
+        target = resolve_reference(args.reference)  # a bad reference or a missing file: at once
+    except ImageNotFound as exc:  # only a local path is missing before anything is fetched
+        if not args.push:
+            raise
+        raise UsageError(
+            f"--push needs a registry reference (docker://HOST/REPO:TAG); {args.reference} "
+            f"names a local path ({exc})"
+        ) from None
     registry_name = target.registry_name
     if args.push and registry_name is None:
         raise UsageError(

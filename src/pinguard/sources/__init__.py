@@ -98,6 +98,7 @@ _DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _TAG = re.compile(r"[\w][\w.-]{0,127}")
+_HOST_PORT = re.compile(rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*:[0-9]+/")
 _DOCKER_REF = re.compile(
     rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
@@ -138,12 +139,12 @@ def split_transport(reference: str) -> tuple[str | None, str]:
             raise InvalidReference(
                 f"invalid image reference {reference!r}: the registry transport is written docker://"
             )
-        if not _TAG.fullmatch(rest):
+        if not _TAG.fullmatch(rest) and not _HOST_PORT.match(reference):
             known = ", ".join("docker://" if t == "docker" else t + ":" for t in TRANSPORTS)
             raise InvalidReference(
                 f"unknown transport {prefix!r} in image reference {reference!r} (known: {known})"
             )
-        # NAME:TAG (``Python:3.12``): a docker reference that breaks a rule, not a transport
+        # NAME:TAG (``Python:3.12``), HOST:PORT/NAME: a docker reference that breaks a rule
     raise _docker_syntax_error(reference)
 
 
