@@ -17,7 +17,7 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ class RedisServer:
     process: subprocess.Popen[bytes] | None = None
     tls: TLSFiles | None = None
     tls_clients: bool = False
+    # redis-server options after the config file, as a command line gives them (they win)
+    extra_args: tuple[str, ...] = ()
 
     def url(self, db: int = 0, *, with_password: bool = True) -> str:
         auth = f":{self.password}@" if self.password and with_password else ""
@@ -70,7 +72,9 @@ class RedisServer:
     def start(self) -> None:
         binary = require_tool("redis-server")
         self.process = subprocess.Popen(
-            [binary, str(self._config())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [binary, str(self._config()), *self.extra_args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -170,13 +174,20 @@ def start_redis(
     password: str | None = None,
     tls: TLSFiles | None = None,
     tls_clients: bool = False,
+    extra_args: Sequence[str] = (),
 ) -> RedisServer:
-    """Start ``redis-server`` on 127.0.0.1 (ephemeral port) in ``workdir``."""
+    """Start ``redis-server`` on 127.0.0.1 (ephemeral port) in ``workdir``; ``extra_args``
+    follow the config file on its command line (a compose file's ``command``, say)."""
     workdir.mkdir(parents=True, exist_ok=True)
     last: Exception | None = None
     for _attempt in range(3):  # the port may be taken between free_port() and bind
         server = RedisServer(
-            port=free_port(), workdir=workdir, password=password, tls=tls, tls_clients=tls_clients
+            port=free_port(),
+            workdir=workdir,
+            password=password,
+            tls=tls,
+            tls_clients=tls_clients,
+            extra_args=tuple(extra_args),
         )
         try:
             server.start()
