@@ -60,10 +60,12 @@ def compare_reasons(
     if isinstance(cmp, PlatformComparison):
         no_python = any(r.no_python for r in cmp.results)
         findings = [f for _, f in cmp.findings]
+        unproven = sum(len(r.unproven) for r in cmp.results)
     else:
         no_python = cmp.a.no_python or cmp.b.no_python
         findings = list(cmp.findings)
-    return verdict_reasons(len(cmp.incomplete), no_python, findings, options)
+        unproven = len(cmp.a.unproven) + len(cmp.b.unproven)
+    return verdict_reasons(len(cmp.incomplete), no_python, findings, options, unproven)
 
 
 def side_text(info: ImageInfo) -> str:

@@ -122,11 +122,14 @@ def verdict_reasons(
     no_python: bool,
     findings: Iterable[Finding],
     options: RenderOptions,
+    unproven: int = 0,
 ) -> tuple[str, ...]:
     """Why a verdict is what it is, most fundamental first: ``incomplete`` entries that could
     not be read, an image (or side) without any Python environment, the unwaived findings
     at or above ``options.fail_on`` (``findings at error or above: 2 errors``); then what an
-    allowance let pass (``..., allowed by --allow-incomplete``). Empty for a plain pass."""
+    allowance let pass (``..., allowed by --allow-incomplete``); ``unproven`` layers read
+    lazily when nothing else fails (they make a pass ``unproven``, or fail it). Empty for a
+    plain pass."""
     failing: list[str] = []
     allowed: list[str] = []
     if incomplete:
@@ -152,12 +155,20 @@ def verdict_reasons(
         ]
         if found:
             failing.append(f"findings at {fail_on.value} or above: {', '.join(found)}")
+    if unproven and not failing:
+        lazily = f"{plural(unproven, 'layer')} read lazily, DiffIDs not proven"
+        if options.allow_unproven:
+            allowed.append(f"{lazily}, taken by --allow-unproven")
+        else:
+            failing.append(f"{lazily}: a pass needs them read in full")
     return (*failing, *allowed)
 
 
 def audit_reasons(result: AuditResult, options: RenderOptions) -> tuple[str, ...]:
     """``verdict_reasons`` of one audit."""
-    return verdict_reasons(len(result.incomplete), result.no_python, result.findings, options)
+    return verdict_reasons(
+        len(result.incomplete), result.no_python, result.findings, options, len(result.unproven)
+    )
 
 
 def verdict_text(verdict: str, why: Sequence[str]) -> str:
