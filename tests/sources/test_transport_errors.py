@@ -163,7 +163,7 @@ def test_one_byte_past_the_size_then_a_stall_is_refused_at_once(
             audit_image(f"docker://{front.address}/app/single:v1", options=options)
         assert front.stalled == 1
     size = len(images.single.images[0].layers[1][1])
-    _one_line(info.value, f"blob {digest} is larger than its declared size {size}")
+    _one_line(info.value, f"blob {digest} of layer 2 is larger than its declared size {size}")
 
 
 # --- requests that fail: raw answers, refusals, timeouts, proxies, TLS -------------------------
