@@ -646,5 +646,6 @@ def parse_file(path: str | Path, *, build_args: Mapping[str, str] | None = None)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidDockerfile(f"cannot read {str(path)!r}: {exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InvalidDockerfile(f"cannot read {str(path)!r}: {why}") from exc
     return parse(text, path=str(path), build_args=build_args)
