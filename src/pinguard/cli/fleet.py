@@ -4,7 +4,10 @@
 ``--repository``), waits up to ``--timeout``, and reports the records; ``report`` renders
 what the result store holds (audits on push included). Both print the matrix of images x
 the packages that matter, failing images first, as a table, JSON or HTML, and exit with
-the fleet's worst code: 3 when an image could not be read, 1 when one failed, else 0.
+the fleet's worst code: 3 when an image could not be read, 1 when one failed, else 0. A
+broker that cannot be reached when ``run`` starts is exit 3 at once; one lost while ``run``
+waits is ridden out until ``--timeout`` (the result store still read): the report then lists
+every image, done or pending, and ``run`` exits 3 when the broker is still gone.
 """
 
 from __future__ import annotations
@@ -133,13 +136,14 @@ def run(args: argparse.Namespace) -> int:
         BrokerUnreachable,
         broker_url,
         check_broker,
+        describe,
         on_broker,
         require_extra,
     )
 
     require_extra("pinguard fleet run")
     from pinguard.fleet.app import make_app
-    from pinguard.fleet.dispatch import enqueue, references_from, wait
+    from pinguard.fleet.dispatch import BrokerLost, enqueue, references_from, wait
     from pinguard.fleet.records import ResultStore
 
     refs = references_from(
@@ -153,15 +157,23 @@ def run(args: argparse.Namespace) -> int:
     store = ResultStore(args.results)
     store.check_readable()
     with on_broker(broker, args.broker):
-        tasks = enqueue(app, refs, options)
-    print(f"enqueued {len(tasks)} audit(s)", file=sys.stderr)
+        tasks = enqueue(app, refs, options, store)
+    print(f"enqueued {len(tasks)} audit(s)", file=sys.stderr, flush=True)
+
+    def notify(text: str) -> None:
+        print(f"warning: {text}", file=sys.stderr, flush=True)
+
     try:
-        with on_broker(broker, args.broker):
-            records = wait(app, tasks, store, args.timeout)
-    except BrokerUnreachable as exc:
+        records = wait(app, tasks, store, args.timeout, notify)
+    except BrokerLost as exc:
+        _emit(args, exc.records)  # what is done and what is pending, by name
+        pending = sum(r.verdict == "pending" for r in exc.records)
         raise BrokerUnreachable(
-            f"{exc} (while waiting for {len(tasks)} audit(s); what the workers finish still "
-            f"lands in the result store: pinguard fleet report --results {args.results})"
+            f"could not reach the broker {describe(broker, args.broker)}: {exc.cause} "
+            f"(unreachable for the last {exc.lost_for:.0f} s of --timeout {args.timeout:g}; "
+            f"{len(tasks) - pending} of {len(tasks)} audit(s) done, {pending} pending; what "
+            f"the workers finish still lands in the result store: pinguard fleet report "
+            f"--results {args.results})"
         ) from None
     return _emit(args, records)
 

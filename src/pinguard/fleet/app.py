@@ -12,7 +12,11 @@ hours) must be longer than the longest audit, or a slow audit is delivered twice
 runs (workers look for such tasks every tenth of it, at most every minute); Redis itself
 must run with ``maxmemory-policy noeviction`` or it may drop queued tasks. An enqueuer's app
 (``enqueuer=True``: ``fleet run``, ``fleet receive``) gives up on a broker that went away
-after about a second, not Celery's 20 (``broker.on_broker`` says which broker and why).
+after about a second, not Celery's 20, and its result backend connects within
+``CONNECT_TIMEOUT`` and reads within ``ENQUEUER_READ_TIMEOUT`` (Celery: no connect timeout,
+120 s reads), so a broker host that stops answering is noticed, not waited on: the receiver
+answers 503 (``broker.on_broker`` says which broker and why) and ``fleet run`` rides the
+outage out on the result store (``dispatch.wait``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from celery import Celery
 
-from pinguard.fleet.broker import BROKER_ENV, DEFAULT_BROKER, broker_url
+from pinguard.fleet.broker import BROKER_ENV, CONNECT_TIMEOUT, DEFAULT_BROKER, broker_url
 from pinguard.fleet.task import audit_reference
 
 __all__ = ["BROKER_ENV", "DEFAULT_BROKER", "QUEUE", "TASK_NAME", "app", "make_app"]
@@ -35,6 +39,8 @@ QUEUE = "pinguard"
 
 #: an enqueuer's result backend retries a lost connection this way (Celery: 20 x 1 s)
 ENQUEUER_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+#: an enqueuer's result backend read timeout, seconds (a GET of a small task state)
+ENQUEUER_READ_TIMEOUT = 10.0
 
 
 def make_app(
@@ -75,6 +81,11 @@ def make_app(
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,
     )
+    if enqueuer:
+        app.conf.update(
+            redis_socket_connect_timeout=CONNECT_TIMEOUT,
+            redis_socket_timeout=ENQUEUER_READ_TIMEOUT,
+        )
     app.task(name=TASK_NAME)(audit_reference)
     return app
 

@@ -9,8 +9,10 @@ a short timeout and raises ``BrokerUnreachable`` (exit 3) naming the broker and 
 left to itself Celery retries for 20 s (an enqueuer's result backend) or 100 times (a
 worker starting) and ends in chained tracebacks. ``on_broker(url)`` turns what a call on the
 broker raises when it went away later (kombu's, redis-py's and socket errors, and Celery's
-``RuntimeError`` over one of them) into the same error. This module imports none of them at
-load time; nothing here prints.
+``RuntimeError`` over one of them) into the same error; ``broker_cause(exc)`` says whether
+an exception is such an error, and its cause, for callers that ride out a lost broker
+(``dispatch.wait``) instead of failing; ``probe(app)`` is ``check_broker`` as a question.
+This module imports none of them at load time; nothing here prints.
 """
 
 from __future__ import annotations
@@ -93,6 +95,17 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (OperationalError, RedisError, OSError)
 
 
+def broker_cause(exc: BaseException) -> str | None:
+    """The cause, when ``exc`` is what a call on a broker that went away raises (kombu's,
+    redis-py's or a socket error, or Celery's ``RuntimeError`` over one); else None."""
+    errors = _errors()
+    if isinstance(exc, errors):
+        return _cause(exc)
+    if isinstance(exc, RuntimeError) and isinstance(exc.__cause__, errors):
+        return _cause(exc.__cause__)
+    return None
+
+
 @contextlib.contextmanager
 def on_broker(url: str, given: str | None = None) -> Iterator[None]:
     """Inside: a broker error is ``BrokerUnreachable`` naming the broker and its cause."""
@@ -119,3 +132,19 @@ def check_broker(app: Any, url: str, given: str | None = None) -> None:
             connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
         finally:
             connection.release()
+
+
+def probe(app: Any) -> str | None:
+    """None when ``app``'s broker takes a connection now (``CONNECT_TIMEOUT``); else why not."""
+    try:
+        connection = app.connection_for_write(connect_timeout=CONNECT_TIMEOUT)
+        try:
+            connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+        finally:
+            connection.release()
+    except Exception as exc:  # only a broker error is an answer; any other is raised
+        cause = broker_cause(exc)
+        if cause is None:
+            raise
+        return cause
+    return None

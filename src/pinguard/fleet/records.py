@@ -158,6 +158,16 @@ class ResultStore:
         atomic_write(path, text)
         return path
 
+    def stamp(self, rid: str) -> tuple[int, int, int, int] | None:
+        """What identifies the record file as it is now (inode, mtime, ctime, size), or None
+        when there is none. Every write replaces the file (a new inode), so a stamp taken
+        before a task was sent tells the record it writes from one an earlier run left."""
+        try:
+            st = self._path(rid).stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
     def read(self, rid: str) -> ImageRecord | None:
         try:
             data = json.loads(self._path(rid).read_text())
