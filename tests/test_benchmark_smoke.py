@@ -59,7 +59,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     for row in (
         "fetch only",
         "floor (fetch + inflate)",
-        "proof floor (+ tar sha256)",
+        "proof floor (+ blob, tar)",  # both SHA-256s: the blob (fetch thread) and the tar
         "layers (load_layers)",
         "cold audit",
         "warm audit (cached)",
