@@ -1,8 +1,9 @@
 """``-o FILE`` that cannot be written: a clear error, exit 2, and the old file intact.
 
 The faults are real: a "directory" that is a regular file (the file's own folder, or one
-above it: missing folders are created, as trivy's ``-o`` does), and a file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so writes fail with EFBIG as on
-a full disk) set in a child process that runs the real command line. Tests run as root, so
+above it: missing folders are created, as trivy's ``-o`` does), and a file size limit
+(RLIMIT_FSIZE, with SIGXFSZ ignored, so writes fail with EFBIG as on a full disk) set in a
+child process that runs the real command line. Tests run as root, so
 permission bits alone cannot make a directory unwritable; these faults do not depend on them.
 """
 
