@@ -294,6 +294,25 @@ class Unmet:
 
 
 @dataclass(frozen=True, slots=True)
+class Prediction:
+    """How ``pinguard predict`` made a step it did not build (``Step.prediction``).
+
+    ``status`` is ``predicted`` (an install the resolver answered for, or an instruction
+    that changes no environment) or ``unpredicted`` (``reason`` says what could not be
+    modelled; the run is then incomplete); ``resolver`` names the resolver and what it
+    modelled (``uv 0.9.2 pip install --dry-run, modelling pip``), empty when none ran;
+    ``line`` is the instruction's first line in ``dockerfile``; ``notes`` say where the real
+    installer could differ from the resolver that answered."""
+
+    status: str  # "predicted" | "unpredicted"
+    dockerfile: str
+    line: int
+    resolver: str = ""
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """One history entry of the image; ``layer_digest`` is None for empty layers."""
 
@@ -304,6 +323,7 @@ class Step:
     unmet: tuple[Unmet, ...] = ()
     comment: str = ""
     diff_id: str | None = None  # digest of the uncompressed layer, when the config gives it
+    prediction: Prediction | None = None  # set by ``pinguard predict``: nothing was built
 
 
 @dataclass(frozen=True, slots=True)

@@ -501,9 +501,13 @@ def parse(
     *,
     path: str = "Dockerfile",
     build_args: Mapping[str, str] | None = None,
+    base_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Dockerfile:
-    """Parse Dockerfile ``text``; ``build_args`` play the role of ``--build-arg NAME=value``."""
+    """Parse Dockerfile ``text``; ``build_args`` play the role of ``--build-arg NAME=value``;
+    ``base_env`` maps a ``FROM`` image (as the stage's ``base`` reads) to the environment its
+    config sets (``PATH``, ``PIP_*``), which a stage built from it starts with (unknown: none)."""
     build_args = dict(build_args or {})
+    base_env = base_env or {}
     lines = text.splitlines()
     directives, first = _directives(lines, path)
     escape = directives.get("escape", "\\")
@@ -577,7 +581,7 @@ def parse(
                 )
             )
             args = {}
-            env = dict(stage_env[parent]) if parent is not None else {}
+            env = dict(stage_env[parent]) if parent is not None else dict(base_env.get(base, {}))
             stage_env.append(env)
             stage_instructions.append([])
             variables = tuple(sorted(global_env.items()))
@@ -641,11 +645,16 @@ def parse(
     )
 
 
-def parse_file(path: str | Path, *, build_args: Mapping[str, str] | None = None) -> Dockerfile:
+def parse_file(
+    path: str | Path,
+    *,
+    build_args: Mapping[str, str] | None = None,
+    base_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> Dockerfile:
     """Read and parse the Dockerfile at ``path``; unreadable files raise `InvalidDockerfile`."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise InvalidDockerfile(f"cannot read {str(path)!r}: {why}") from exc
-    return parse(text, path=str(path), build_args=build_args)
+    return parse(text, path=str(path), build_args=build_args, base_env=base_env)

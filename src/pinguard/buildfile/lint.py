@@ -49,8 +49,10 @@ __all__ = [
     "DEFAULT_NIGHTLY_PATTERNS",
     "RULES",
     "LintFinding",
+    "ShellCommand",
     "find_installs",
     "lint",
+    "run_commands",
 ]
 
 RULES: Mapping[str, tuple[Severity, str]] = {
@@ -235,6 +237,18 @@ def _run_commands(instruction: Instruction) -> Iterator[_Command]:
                 yield from _script_commands(scripts[h.delimiter], dict(env))
         return
     yield from _script_commands(line_script, env, scripts)
+
+
+#: One simple command of a RUN instruction: its words expanded with the ARG/ENV values in
+#: effect (unknown ``$VARS`` kept as written), the variables in effect for it, its lines.
+ShellCommand = _Command
+
+
+def run_commands(instruction: Instruction) -> Iterator[ShellCommand]:
+    """The simple commands a RUN instruction runs, in order, read as the lint reads them
+    (shell and exec forms, heredoc scripts, ``export`` and inline assignments); `pinguard
+    predict` walks the same commands."""
+    return _run_commands(instruction)
 
 
 def find_installs(dockerfile: Dockerfile) -> tuple[InstallCommand, ...]:

@@ -87,6 +87,7 @@ _CANONICAL = {
     "--index-strategy": "index-strategy",
     "--no-index": "no-index",
     "--force-reinstall": "force-reinstall",
+    "--upgrade-strategy": "upgrade-strategy",
     "-I": "force-reinstall",
     "--ignore-installed": "force-reinstall",
     "--reinstall": "force-reinstall",
@@ -118,6 +119,7 @@ class InstallCommand:
     force_reinstall: bool = False
     require_hashes: bool = False
     index_strategy: str | None = None
+    upgrade_strategy: str | None = None  # pip's --upgrade-strategy (only-if-needed when None)
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -264,6 +266,7 @@ def parse_install(
         extra += env_list("UV_INDEX")
     uv_env = environ if tool == "uv" else {}  # UV_* settings are not pip's
     prerelease = (values("prerelease") or [uv_env.get("UV_PRERELEASE", "")])[-1]
+    strategy = (values("upgrade-strategy") or [environ.get("PIP_UPGRADE_STRATEGY", "")])[-1]
     return InstallCommand(
         tool=tool,
         args=tuple(args),
@@ -285,6 +288,7 @@ def parse_install(
         require_hashes=flag("require-hashes") or env_true(prefix + "REQUIRE_HASHES"),
         index_strategy=(values("index-strategy") or [uv_env.get("UV_INDEX_STRATEGY", "")])[-1]
         or None,
+        upgrade_strategy=strategy or None if tool == "pip" else None,
     )
 
 

@@ -26,6 +26,7 @@ COMMANDS = (
     "policy",
     "constraints",
     "plan",
+    "predict",
     "lint",
     "guard",
     "gate",

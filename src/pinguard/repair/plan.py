@@ -106,12 +106,24 @@ def seed_site_packages(site: Path, env: Environment) -> list[str]:
 
 
 def uv_install_args(command: InstallReplay, index: IndexOptions) -> list[str]:
-    """uv flags replaying ``command`` with ``index`` added."""
+    """uv flags replaying ``command`` with ``index`` added.
+
+    pip's ``-U`` upgrades with ``--upgrade-strategy only-if-needed`` (its default): the
+    named requirements move to their newest version and a dependency only when its
+    installed version no longer fits; uv's ``--upgrade`` is eager (every package of the
+    resolution moves), so a pip ``-U`` is replayed as ``--upgrade-package`` for each named
+    requirement, and as ``--upgrade`` only with ``--upgrade-strategy eager``."""
     parsed = command.command
     opts = index.merged(command.index).for_tool(parsed.tool)
     args = opts.uv_args()
     if parsed.upgrade:
-        args.append("--upgrade")
+        if parsed.tool == "pip" and parsed.upgrade_strategy != "eager":
+            for named in dict.fromkeys(_req_name(r) for r in command.requirements):
+                args += ["--upgrade-package", named]
+        else:
+            args.append("--upgrade")
+    for name in parsed.upgrade_packages:
+        args += ["--upgrade-package", name]
     if parsed.no_deps:
         args.append("--no-deps")
     if parsed.force_reinstall:
@@ -129,8 +141,16 @@ def plan_install(
     platform: Platform | None = None,
     index_client: SimpleIndex | None = None,
     timeout: float = 300.0,
+    also_installed: Sequence[Environment] = (),
+    cache_dir: Path | None = None,
 ) -> Plan:
-    """Predict ``command`` on ``env`` (see the module docstring)."""
+    """Predict ``command`` on ``env`` (see the module docstring).
+
+    ``also_installed``: the other environments the same interpreter imports from (Debian's
+    ``/usr/lib/python3/dist-packages``), seeded too, since the installer sees what they hold
+    as installed; they are never changed (a distribution the resolver would replace there is
+    installed anew into ``env``, as Debian's pip does). ``cache_dir``: uv's cache (index
+    pages and metadata kept between runs); None: a throwaway one."""
     if not command.requirements:
         raise UsageError("the install command names no requirement pinguard can replay")
     index = index or IndexOptions()
@@ -148,7 +168,10 @@ def plan_install(
         sites = sorted(venv.glob("lib/python*/site-packages"))
         if not sites:
             raise ResolveError("uv venv made no site-packages directory")
-        notes += seed_site_packages(sites[0], env)
+        names = {d.name for d in env.distributions}
+        others = [d for e in also_installed for d in e.distributions if d.name not in names]
+        seeded = Environment(env.path, env.python, (*env.distributions, *others), env.real_path)
+        notes += seed_site_packages(sites[0], seeded)
         python = venv / "bin" / "python"
         cmd = [
             uv_bin(),
@@ -161,7 +184,7 @@ def plan_install(
             "--color",
             "never",
             "--cache-dir",
-            str(Path(tmp, "cache")),
+            str(cache_dir or Path(tmp, "cache")),
         ]
         if target.python_version:
             cmd += ["--python-version", target.python_version]
@@ -186,10 +209,14 @@ def plan_install(
     added: list[Distribution] = []
     for name, version in install:
         requires: tuple[str, ...] = ()
+        # the file installed names the install: the same wheel again is the same files (the
+        # audit's RECORD fingerprint sees no reinstall), another build of the version is not
+        fingerprint = f"planned:{name}=={version}"
         try:
             file = client.best_file(name, Version(version), target)
             if file is not None:
                 requires = client.metadata(file).requires_dist
+                fingerprint += f":{file.sha256 or file.url}"
             else:
                 notes.append(f"no wheel of {name} {version} on the index to read its metadata")
         except (IndexFetchError, InvalidVersion) as exc:
@@ -202,7 +229,7 @@ def plan_install(
                 requires_dist=requires,
                 installer="uv" if command.command.tool == "uv" else "pip",
                 requested=name in {_req_name(r) for r in command.requirements},
-                fingerprint=f"planned:{name}=={version}",
+                fingerprint=fingerprint,
             )
         )
     after = Environment(

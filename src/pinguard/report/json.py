@@ -18,6 +18,7 @@ from pinguard.models import (
     LayerRead,
     NativeLibrary,
     Package,
+    Prediction,
     Resolution,
     Snapshot,
 )
@@ -170,6 +171,9 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
                 ],
             }
         )
+    for out, step in zip(steps, result.steps, strict=True):
+        if step.prediction is not None:
+            out["prediction"] = prediction_dict(step.prediction)
     previous = Snapshot()
     for out, snap in zip(steps, result.snapshots, strict=False):
         native = _step_native(previous, snap)
@@ -250,6 +254,20 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         ),
         **no_python_field(result, options),
         "verdict": options.verdict(result),
+    }
+
+
+def prediction_dict(prediction: Prediction) -> JsonObject:
+    """How ``pinguard predict`` made a step (schema revision 9): ``predicted`` or
+    ``unpredicted`` (with the reason), the resolver that answered and what it modelled, the
+    Dockerfile line, and where the real installer could differ."""
+    return {
+        "status": prediction.status,
+        "resolver": prediction.resolver or None,
+        "reason": prediction.reason or None,
+        "dockerfile": prediction.dockerfile,
+        "line": prediction.line,
+        "notes": list(prediction.notes),
     }
 
 
