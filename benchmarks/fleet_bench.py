@@ -81,12 +81,23 @@ def floor_seconds(urls: Sequence[str], jobs: int) -> float:
 
 @contextlib.contextmanager
 def running_workers(
-    workdir: Path, broker: str, results: Path, count: int, cache: str | None, env: Mapping[str, str]
+    workdir: Path,
+    broker: str,
+    results: Path,
+    count: int,
+    cache: str | None,
+    env: Mapping[str, str],
+    *,
+    unsigned: bool = True,
 ) -> Iterator[list[Any]]:
+    """``count`` workers; ``unsigned``: give ``--cache-unsigned`` (the cache is measured
+    unsigned, as before workers required the fleet's keys; a baseline from before that rule
+    does not know the flag)."""
     from tests.infra.fleet import start_worker
 
     extra = ["--jobs", "1"]
     extra += ["--cache", cache] if cache else []
+    extra += ["--cache-unsigned"] if cache and unsigned else []
     started = []
     try:
         for i in range(count):
@@ -165,8 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = workdir / f"results-{len(rows)}"
             phases = ("none",) if url is None else ("cold", "warm")
             with running_workers(
-                workdir / f"w-{len(rows)}", broker.url(), results, count, url, env
-            ):
+                workdir / f"w-{len(rows)}", broker.url(), results, count, url, env,
+                unsigned=code == "this",
+            ):  # fmt: skip
                 for phase in phases:
                     mark = registry.log_mark()
                     seconds = fleet_run(refs, broker.url(), results, workdir / "f.json", env)

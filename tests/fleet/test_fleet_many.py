@@ -66,7 +66,7 @@ def two_workers(
             tmp_path / f"w{i}",
             broker.url(),
             results,
-            *("--cache", cache.url(), "--jobs", "1"),
+            *("--cache", cache.url(), "--cache-unsigned", "--jobs", "1"),
             name=f"w{i}",
         )
         for i in range(2)
@@ -210,7 +210,8 @@ def test_a_claim_whose_holder_died_lapses_and_the_worker_analyses_the_layer(
         tmp_path / "w",
         broker.url(),
         results,
-        *("--cache", cache_redis.url(), "--jobs", "1", "--cache-lock-ttl", "4"),
+        *("--cache", cache_redis.url(), "--cache-unsigned", "--jobs", "1"),
+        *("--cache-lock-ttl", "4"),
     )
     try:
         # learn the entry name's key part from a first audit of another image
@@ -258,7 +259,8 @@ def test_a_worker_killed_while_holding_claims_does_not_stall_the_fleet(
         return True
 
     results = tmp_path / "results"
-    flags = ["--cache", cache_redis.url(), "--jobs", "1", "--cache-lock-ttl", "15"]
+    flags = ["--cache", cache_redis.url(), "--cache-unsigned", "--jobs", "1"]
+    flags += ["--cache-lock-ttl", "15"]
     flags += ["--visibility-timeout", "4"]
     with HTTPFront(registry.address, stall=stall_first_blob) as front:
         ref = f"docker://{front.address}/fleet:06"

@@ -48,8 +48,9 @@ def test_fleet_audits_every_image_reports_the_matrix_and_the_unreachable_one_fai
     results = tmp_path / "results"
     dead = f"docker://127.0.0.1:{free_port()}/team/gone:1"
     worker = start_worker(
-        tmp_path / "w", broker.url(), results, "--cache", cache_redis.url(), "--jobs", "1"
-    )
+        tmp_path / "w", broker.url(), results,
+        "--cache", cache_redis.url(), "--cache-unsigned", "--jobs", "1",
+    )  # fmt: skip
     try:
         code, doc = fleet_json(
             tmp_path,
@@ -146,8 +147,9 @@ def test_the_cache_redis_down_and_restarted_between_fleet_runs(
     images = [refs["team/serve:a"], refs["team/serve:b"]]
     results = tmp_path / "results"
     worker = start_worker(
-        tmp_path / "w", broker.url(), results, "--cache", cache_redis.url(), "--jobs", "1"
-    )
+        tmp_path / "w", broker.url(), results,
+        "--cache", cache_redis.url(), "--cache-unsigned", "--jobs", "1",
+    )  # fmt: skip
     run = ["run", *images, "--broker", broker.url(), "--results", str(results)]
     try:
         code, _ = fleet_json(tmp_path, *run, "--timeout", "120")

@@ -8,6 +8,8 @@ the fleet's worst code: 3 when an image could not be read, 1 when one failed, el
 broker that cannot be reached when ``run`` starts is exit 3 at once; one lost while ``run``
 waits is ridden out until ``--timeout`` (the result store still read): the report then lists
 every image, done or pending, and ``run`` exits 3 when the broker is still gone.
+``--attest`` with a verdict that judges nothing (``--fail-on never``, ``--policy none``) is
+refused before anything is enqueued (exit 2), as ``pinguard attest`` refuses it.
 """
 
 from __future__ import annotations
@@ -131,6 +133,21 @@ def _check_policy(args: argparse.Namespace) -> None:
     load_run_policy(list(args.policy))
 
 
+def _check_attest(args: argparse.Namespace) -> None:
+    """``--attest`` under a verdict that judges nothing is refused here, before anything is
+    enqueued: the workers would refuse to sign it, an error record for every image."""
+    if not args.attest:
+        return
+    from pinguard.attest.statement import require_judgement
+    from pinguard.errors import AttestError
+    from pinguard.fleet.task import FAIL_ON
+
+    try:
+        require_judgement(FAIL_ON[args.fail_on], "none" if "none" in args.policy else None)
+    except AttestError as exc:
+        raise AttestError(f"--attest: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from pinguard.fleet.broker import (
         BrokerUnreachable,
@@ -141,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         require_extra,
     )
 
+    _check_attest(args)
     require_extra("pinguard fleet run")
     from pinguard.fleet.app import make_app
     from pinguard.fleet.dispatch import BrokerLost, enqueue, references_from, wait
@@ -190,6 +208,7 @@ def receive(args: argparse.Namespace) -> int:
     from pinguard.errors import PinguardError, UsageError
     from pinguard.fleet.broker import broker_url, check_broker, on_broker, require_extra
 
+    _check_attest(args)
     require_extra("pinguard fleet receive")
     from pinguard.fleet.app import make_app
     from pinguard.fleet.dispatch import enqueue

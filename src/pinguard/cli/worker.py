@@ -5,7 +5,9 @@ fleet app's settings (late acks, prefetch 1, the visibility timeout); each task 
 reference with this worker's result store, shared layer cache, layer jobs, insecure
 registries and attestation key. Before Celery starts, what would fail every task or keep the
 worker from ever taking one is an error naming it: the ``fleet`` extra not installed (exit
-2), a bad key, a result store it cannot write to (2), a broker it cannot reach (3).
+2), a shared ``--cache`` without the fleet's signing and trusted keys (2, unless
+``--cache-unsigned``: any host that can write to the cache could poison it), a bad key, a
+result store it cannot write to (2), a broker it cannot reach (3).
 """
 
 from __future__ import annotations
@@ -45,7 +47,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--insecure-registry", action="append", default=[], metavar="HOST")
     p.add_argument("--hostname", help="the worker's node name (celery -n)")
-    add_cache_options(p.add_argument_group("shared layer cache"))
+    cache = p.add_argument_group("shared layer cache")
+    add_cache_options(cache)
+    cache.add_argument(
+        "--cache-unsigned",
+        action="store_true",
+        help="use --cache without --cache-sign-key and --cache-trust (by default refused: "
+        "any host that can write to the cache could poison what the workers trust)",
+    )
     p.set_defaults(func=run)
 
 
@@ -55,17 +64,19 @@ def run(args: argparse.Namespace) -> int:
     require_extra("pinguard worker")
     from pinguard.fleet.app import QUEUE, make_app
     from pinguard.fleet.records import ResultStore
-    from pinguard.fleet.task import WorkerSettings, configure
+    from pinguard.fleet.task import WorkerSettings, configure, require_fleet_keys
 
     if args.attest_key is not None:
         from pinguard.signing.keys import load_private_key
 
         load_private_key(args.attest_key)  # a bad key fails now, not in every task
+    cache = cache_spec(args)  # its key files are loaded here: a bad one fails now
+    require_fleet_keys(cache, args.cache_unsigned)
     ResultStore(args.results).check_writable()  # as must the store every task writes to
     configure(
         WorkerSettings(
             results=args.results,
-            cache=cache_spec(args),
+            cache=cache,
             jobs=max(1, args.jobs),
             insecure_registries=tuple(args.insecure_registry),
             attest_key=args.attest_key,

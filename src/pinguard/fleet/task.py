@@ -5,7 +5,13 @@ it). ``options`` are JSON values the enqueuer chose (policy files, ``fail_on``, 
 ``allow_incomplete``, ``allow_no_python``, targets, ``attest``); how the worker audits (result
 store, shared cache, layer jobs, insecure registries, attestation key) are the worker's
 ``WorkerSettings``, given by ``pinguard worker`` or read from ``PINGUARD_*`` variables (a
-plain ``celery -A pinguard.fleet.app worker``). The task is idempotent: the record's name is
+plain ``celery -A pinguard.fleet.app worker``). A shared cache needs the fleet's keys, a
+signing key and trusted public keys (``require_fleet_keys``), unless the worker is told
+``--cache-unsigned`` (``PINGUARD_CACHE_UNSIGNED=1``): without them any host that can write to
+the cache can poison what every worker trusts. Options are checked, failing closed: an
+unknown ``fail_on``, a flag that is not a JSON boolean or an option this worker does not
+know is an error record naming it, never an audit judged more loosely than asked.
+The task is idempotent: the record's name is
 a digest of reference and options and its bytes depend only on the image, the options and
 the policy, so a redelivered task (its worker killed mid-audit) rewrites the same record.
 An image that cannot be read is a record with its exit code (3), never a task failure, so
@@ -21,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pinguard.errors import ConfigError, PinguardError
+from pinguard.errors import ConfigError, PinguardError, UsageError
 from pinguard.fleet.records import ImageRecord, Package, ResultStore, record_id
 from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.models import AuditResult, Severity
@@ -30,10 +36,48 @@ RESULTS_ENV = "PINGUARD_RESULTS_DIR"
 CACHE_ENV = "PINGUARD_CACHE_URL"
 CACHE_SIGN_ENV = "PINGUARD_CACHE_SIGN_KEY"
 CACHE_TRUST_ENV = "PINGUARD_CACHE_TRUST"  # os.pathsep-separated public keys
+CACHE_UNSIGNED_ENV = "PINGUARD_CACHE_UNSIGNED"  # 1: a shared cache without the fleet's keys
 ATTEST_KEY_ENV = "PINGUARD_ATTEST_KEY"
 JOBS_ENV = "PINGUARD_JOBS"
 
-FAIL_ON = {"error": Severity.ERROR, "warning": Severity.WARNING, "info": Severity.INFO}
+#: ``fail_on`` as a task gives it -> the threshold (``never``: None, nothing fails)
+FAIL_ON: dict[str, Severity | None] = {
+    "error": Severity.ERROR,
+    "warning": Severity.WARNING,
+    "info": Severity.INFO,
+    "never": None,
+}
+#: the options a task may carry (``cli/fleet.py`` ``_task_options``), each with its type
+OPTIONS = frozenset(
+    ("policy", "targets", "platform", "fail_on", "allow_incomplete", "allow_no_python", "attest")
+)
+
+
+def require_fleet_keys(
+    cache: CacheSpec | None,
+    unsigned: bool,
+    names: tuple[str, str, str] = ("--cache-sign-key", "--cache-trust", "--cache-unsigned"),
+    assign: str = " ",
+) -> None:
+    """``UsageError`` (exit 2) for a shared cache without both fleet keys, unless
+    ``unsigned``: a worker without a signing key writes entries no trusting reader uses, and
+    one without trusted keys uses any well-formed entry, a re-digested forgery included.
+    ``names``: how the signing key, the trusted keys and the waiver are given (flags, or
+    variables with ``assign="="``)."""
+    if cache is None or unsigned:
+        return
+    sign, trust, waiver = names
+    missing = [sign] if cache.keys.signing_key is None else []
+    missing += [] if cache.keys.trusted else [trust]
+    if not missing:
+        return
+    from pinguard.fleet.broker import redact
+
+    raise UsageError(
+        f"the shared cache {redact(cache.url)} without {' and '.join(missing)}: any host that "
+        "can write to it could poison what the workers trust; give the fleet's key pair "
+        f"({sign}{assign}KEY.pem {trust}{assign}KEY.pub) or {waiver} to use it unsigned"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +101,9 @@ class WorkerSettings:
             trusted = tuple(Path(p) for p in env.get(CACHE_TRUST_ENV, "").split(os.pathsep) if p)
             sign = env.get(CACHE_SIGN_ENV)
             cache = CacheSpec(env[CACHE_ENV], FleetKeys(Path(sign) if sign else None, trusted))
+            unsigned = env.get(CACHE_UNSIGNED_ENV, "").strip().lower() in ("1", "true", "yes")
+            names = (CACHE_SIGN_ENV, CACHE_TRUST_ENV, f"{CACHE_UNSIGNED_ENV}=1")
+            require_fleet_keys(cache, unsigned, names, assign="=")
         attest = env.get(ATTEST_KEY_ENV)
         return cls(
             results=Path(results),
@@ -94,6 +141,38 @@ def _platform(result: AuditResult) -> str | None:
     return str(p) if p is not None else None
 
 
+def _judging(options: Mapping[str, Any]) -> tuple[Severity | None, bool, bool, bool]:
+    """``fail_on``, ``allow_incomplete``, ``allow_no_python`` and ``attest`` as the task
+    asks; ``ConfigError`` for an option this worker does not know, a ``fail_on`` that is not
+    one of ``FAIL_ON`` (never read as ``never``, which passes everything) or a flag that is
+    not a JSON boolean."""
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown task option(s) {', '.join(map(repr, unknown))}: this worker knows "
+            f"{', '.join(sorted(OPTIONS))} (is it older than the enqueuer?); not audited"
+        )
+    value = options.get("fail_on", "error")
+    if not isinstance(value, str) or value not in FAIL_ON:
+        raise ConfigError(
+            f"task option fail_on {value!r} is not one of {', '.join(FAIL_ON)}; not audited"
+        )
+    return (
+        FAIL_ON[value],
+        _flag(options, "allow_incomplete"),
+        _flag(options, "allow_no_python"),
+        _flag(options, "attest"),
+    )
+
+
+def _flag(options: Mapping[str, Any], name: str) -> bool:
+    """A boolean option; ``ConfigError`` unless it is a JSON boolean (``"false"`` is no)."""
+    value = options.get(name, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"task option {name} {value!r} is not true or false; not audited")
+    return value
+
+
 def audit_reference(reference: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Audit ``reference``; write its record; return ``{"id", "exit_code", "verdict"}``."""
     from pinguard.audit.pipeline import AuditOptions, audit_image
@@ -107,11 +186,9 @@ def audit_reference(reference: str, options: Mapping[str, Any]) -> dict[str, Any
     conf = settings()
     store = ResultStore(conf.results)
     rid = record_id(reference, options)
-    fail_on = FAIL_ON.get(str(options.get("fail_on", "error")))
-    allow_incomplete = bool(options.get("allow_incomplete", False))
-    allow_no_python = bool(options.get("allow_no_python", False))
     report: str | None = None
     try:
+        fail_on, allow_incomplete, allow_no_python, attest = _judging(options)
         platform = options.get("platform")
         audit_options = AuditOptions(
             source=SourceOptions(
@@ -129,7 +206,7 @@ def audit_reference(reference: str, options: Mapping[str, Any]) -> dict[str, Any
         result = replace(result, findings=findings, policy=policy.source)
         verdict = result.verdict(fail_on, allow_incomplete, allow_no_python)
         attestation = None
-        if options.get("attest") and conf.attest_key is not None:
+        if attest and conf.attest_key is not None:
             from pinguard.fleet.attest import attest_result
 
             attestation = attest_result(
