@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.infra.build import BASE_IMAGE
 from tests.infra.cli import cli_streams
-from tests.infra.index import IndexServer
+from tests.infra.index import IndexServer, serve_index
 from tests.infra.wheels import WheelSpec, build_wheels
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> object:
-    from tests.infra.index import serve_index
-
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     wheels = tmp_path_factory.mktemp("wheels")
     build_wheels([WheelSpec("six", "1.16.0"), WheelSpec("idna", "3.7")], wheels)
     with serve_index(wheels) as served:

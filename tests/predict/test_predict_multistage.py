@@ -11,6 +11,7 @@ oracle: every predicted step must equal the built image's audit step.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def _doc(result: tuple[int, str, str]) -> tuple[int, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def built(
     base_image: str, scenario_index: IndexServer, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, list[str]]:
+) -> Iterator[tuple[Path, list[str]]]:
     """The context (Dockerfile, requirements, constraints) and the build args, built."""
     context = tmp_path_factory.mktemp("multistage")
     (context / "Dockerfile").write_text(DOCKERFILE)
