@@ -73,6 +73,12 @@ def add_options(p: argparse.ArgumentParser, *, gate: bool = False) -> None:
         "names from their registry)",
     )
     g.add_argument(
+        "--no-pip-check",
+        action="store_true",
+        help="do not ask pip's own resolver to confirm uv's answer for pip steps (faster; "
+        "blind to where the two resolvers choose differently)",
+    )
+    g.add_argument(
         "--allow-empty-base",
         action="store_true",
         help="start from an empty state when a FROM image cannot be read (said in the report)",
@@ -130,7 +136,7 @@ def predict(args: argparse.Namespace, dockerfile: str) -> AuditResult:
             bases=tuple(args.base),
             allow_empty_base=args.allow_empty_base,
             platform=parse_platform(args.platform) if args.platform else None,
-            resolver=Resolver(cache_dir=uv_cache),
+            resolver=Resolver(cache_dir=uv_cache, pip_check=not args.no_pip_check),
         ),
         reader,
     )

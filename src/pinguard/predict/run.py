@@ -22,10 +22,11 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from pinguard.buildfile.dockerfile import Instruction
 from pinguard.buildfile.lint import run_commands
@@ -47,8 +48,10 @@ from pinguard.predict.interpreters import (
     seeded,
     venv_seeds,
 )
+from pinguard.predict.pipcheck import check_with_pip, same_install
 from pinguard.predict.reqfiles import ContextFiles, RequirementSet, read_requirements
 from pinguard.repair.plan import Plan, plan_install
+from pinguard.repair.pylock import glibc_of
 from pinguard.repair.resolve import IndexOptions, InstallReplay, SimpleIndex
 from pinguard.target import parse_requirement
 
@@ -209,6 +212,12 @@ class RunResult:
     reason: str = ""
     fails: bool = False  # the build would stop at this step
     notes: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()  # pip's resolver, asked in the background
+
+
+#: pip's own resolver on one install, asked in the background: ``("agree" | "note" |
+#: "differ", text)``, "differ" making the step unpredicted with ``text`` as the reason.
+Check = Future[tuple[str, str]]
 
 
 class Unpredictable(Exception):
@@ -221,13 +230,61 @@ class Unpredictable(Exception):
 
 class Resolver:
     """The resolver every predicted install asks: ``plan_install`` (a uv dry run), with one
-    index client per set of indexes and uv's cache kept for the whole run."""
+    index client per set of indexes and uv's cache kept for the whole run; with
+    ``pip_check``, pip's own resolver asked about each pip step too, in the background (a
+    step's check needs only the state before it, so the checks of all steps run side by side
+    while uv walks on). ``close`` waits for them and removes the scratch directory."""
 
-    def __init__(self, cache_dir: Path | None = None, timeout: float = 300.0) -> None:
+    def __init__(
+        self, cache_dir: Path | None = None, timeout: float = 300.0, *, pip_check: bool = True
+    ) -> None:
         self.cache_dir = cache_dir
         self.timeout = timeout
+        self.pip_check = pip_check  # ask pip's own resolver too, for pip steps
         self._clients: dict[tuple[tuple[str, ...], tuple[str, ...]], SimpleIndex] = {}
         self._version: str | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._files = 0
+
+    def scratch_file(self, name: str, text: str) -> str:
+        """A file that lives until ``close`` (a constraints file a later check reads)."""
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="pinguard-predict-")
+        self._files += 1
+        path = Path(self._scratch.name, f"{self._files}-{name}")
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    def submit_check(
+        self,
+        env: Environment,
+        replay: InstallReplay,
+        platform: Platform | None,
+        glibc: tuple[int, int] | None,
+        also: Sequence[Environment],
+        uv_install: Sequence[tuple[NormalizedName, str]],
+        image_pip: str | None,
+    ) -> Check:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pip-check")
+        return self._pool.submit(
+            _pip_verdict, env, replay, platform, glibc, also, uv_install, image_pip, self.timeout
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def __enter__(self) -> Resolver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def version(self) -> str:
@@ -258,6 +315,7 @@ class Resolver:
         replay: InstallReplay,
         platform: Platform | None,
         also: Sequence[Environment],
+        glibc: tuple[int, int] | None = None,
     ) -> Plan:
         opts = IndexOptions().merged(replay.index)
         key = (opts.index_urls, opts.find_links)
@@ -272,6 +330,7 @@ class Resolver:
             timeout=self.timeout,
             also_installed=also,
             cache_dir=self.cache_dir,
+            glibc=glibc,
         )
 
 
@@ -285,6 +344,7 @@ class _Work:
     cwd: str
     resolver: str = ""
     notes: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
 
 
 def _with_env(snapshot: Snapshot, env: Environment) -> Snapshot:
@@ -331,7 +391,12 @@ def predict_run(instruction: Instruction, view: StageView, resolver: Resolver) -
             notes=tuple(work.notes),
         )
     return RunResult(
-        work.snapshot, work.venvs, work.files, work.resolver, notes=tuple(dict.fromkeys(work.notes))
+        work.snapshot,
+        work.venvs,
+        work.files,
+        work.resolver,
+        notes=tuple(dict.fromkeys(work.notes)),
+        checks=tuple(work.checks),
     )
 
 
@@ -559,43 +624,83 @@ def _install(
             f"{', '.join(dict.fromkeys(not_replayed))} not replayed: uv chooses files by its own "
             "rules (a newer wheel before an older one)"
         )
-    with tempfile.TemporaryDirectory(prefix="pinguard-predict-") as tmp:
-        constraint_files: tuple[str, ...] = ()
-        if found.constraints:
-            written = Path(tmp, "constraints.txt")
-            written.write_text("".join(f"{c}\n" for c in found.constraints), encoding="utf-8")
-            constraint_files = (str(written),)
-        replay = InstallReplay(
-            command=cmd,
-            requirements=tuple(requirements),
-            index=IndexOptions(
-                index_url=index_url,
-                extra_index_urls=tuple(extra),
-                find_links=tuple(links),
-                no_index=cmd.no_index or found.no_index,
-                index_strategy=cmd.index_strategy,
-                prerelease=cmd.pre or found.pre,
-            ),
-            constraint_files=constraint_files,
+    constraint_files: tuple[str, ...] = ()
+    if found.constraints:
+        text = "".join(f"{c}\n" for c in found.constraints)
+        constraint_files = (resolver.scratch_file("constraints.txt", text),)
+    replay = InstallReplay(
+        command=cmd,
+        requirements=tuple(requirements),
+        index=IndexOptions(
+            index_url=index_url,
+            extra_index_urls=tuple(extra),
+            find_links=tuple(links),
+            no_index=cmd.no_index or found.no_index,
+            index_strategy=cmd.index_strategy,
+            prerelease=cmd.pre or found.pre,
+        ),
+        constraint_files=constraint_files,
+    )
+    work.resolver = resolver.describe(cmd.tool)
+    env = interp.environment(work.snapshot)
+    visible = interp.visible(work.snapshot)
+    glibc = glibc_of(work.snapshot.debs)
+    try:
+        plan = resolver.plan(env, replay, view.platform, visible, glibc)
+    except IndexUnreachable:
+        raise
+    except (ResolveError, UsageError) as exc:
+        text = " ".join(str(exc).split())
+        fails = any(w in text for w in ("No solution found", "unsatisfiable", "no version"))
+        if fails:
+            raise Unpredictable(
+                f"the resolver finds no solution, so {cmd.tool} would fail and the build stop "
+                f"here: {text[:600]}",
+                fails=True,
+            ) from exc
+        raise Unpredictable(f"the resolver could not answer: {text[:600]}") from exc
+    if cmd.tool == "pip" and resolver.pip_check:
+        image_pip = next(
+            (d.raw_version for e in (env, *visible) for d in e.distributions if d.name == "pip"),
+            None,
         )
-        work.resolver = resolver.describe(cmd.tool)
-        env = interp.environment(work.snapshot)
-        try:
-            plan = resolver.plan(env, replay, view.platform, interp.visible(work.snapshot))
-        except IndexUnreachable:
-            raise
-        except (ResolveError, UsageError) as exc:
-            text = " ".join(str(exc).split())
-            fails = any(w in text for w in ("No solution found", "unsatisfiable", "no version"))
-            if fails:
-                raise Unpredictable(
-                    f"the resolver finds no solution, so {cmd.tool} would fail and the build "
-                    f"stop here: {text[:600]}",
-                    fails=True,
-                ) from exc
-            raise Unpredictable(f"the resolver could not answer: {text[:600]}") from exc
+        work.checks.append(
+            resolver.submit_check(
+                env, replay, view.platform, glibc, visible, plan.install, image_pip
+            )
+        )
     work.notes.extend(plan.notes)
     work.snapshot = _with_env(work.snapshot, plan.after)
+
+
+def _pip_verdict(
+    env: Environment,
+    replay: InstallReplay,
+    platform: Platform | None,
+    glibc: tuple[int, int] | None,
+    also: Sequence[Environment],
+    uv_install: Sequence[tuple[NormalizedName, str]],
+    image_pip: str | None,
+    timeout: float,
+) -> tuple[str, str]:
+    """pip's answer beside uv's: ``("differ", reason)`` when they disagree."""
+    answer = check_with_pip(
+        env, replay, platform=platform, glibc=glibc, also_installed=also, timeout=timeout
+    )
+    if answer.unavailable:
+        return "note", f"pip's own resolver could not be asked: {answer.unavailable}"
+    runs = f"the image runs pip {image_pip}" if image_pip else "the image's pip is not known"
+    which = f"pip {answer.version} (this machine's; {runs})"
+    uv_says = ", ".join(f"{n}=={v}" for n, v in uv_install) or "nothing"
+    if answer.refused:
+        return "differ", f"uv installs {uv_says}, but {which} finds no solution: {answer.refused}"
+    if not same_install(answer.install, uv_install):
+        pip_says = ", ".join(f"{n}=={v}" for n, v in answer.install) or "nothing"
+        return "differ", (
+            f"uv and pip resolve this step differently: uv installs {uv_says}; {which} "
+            f"installs {pip_says}"
+        )
+    return "agree", f"{which} agrees"
 
 
 def _uninstall(

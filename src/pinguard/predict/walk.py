@@ -56,6 +56,7 @@ from pinguard.predict.base import (
 )
 from pinguard.predict.reqfiles import ContextFiles, ignore_patterns, python_metadata
 from pinguard.predict.run import (
+    Check,
     Resolver,
     RunResult,
     StageView,
@@ -99,6 +100,7 @@ class _Stage:
     notes: list[str] = field(default_factory=list)
     stopped: int | None = None  # the step at which the build would fail
     unpredicted: int | None = None  # the first step that could not be predicted
+    pending: list[tuple[int, tuple[Check, ...]]] = field(default_factory=list)
 
     def copy(self) -> _Stage:
         return dataclasses.replace(
@@ -108,6 +110,7 @@ class _Stage:
             venvs=dict(self.venvs),
             incomplete=list(self.incomplete),
             notes=list(self.notes),
+            pending=[],
         )
 
 
@@ -228,13 +231,14 @@ def predict_dockerfile(path: str, options: PredictOptions, read_base: BaseReader
     )
     walked: dict[int, _Stage] = {}
     patterns = ignore_patterns(options.context)
-    for i in needed:
-        stage = parsed.stages[i]
-        if stage.parent is not None:
-            start = walked[stage.parent].copy()
-        else:
-            start = _start(bases[stage.base], stage, options, path)
-        walked[i] = _walk(parsed, stage, start, walked, bases, options, patterns)
+    with options.resolver:
+        for i in needed:
+            stage = parsed.stages[i]
+            if stage.parent is not None:
+                start = walked[stage.parent].copy()
+            else:
+                start = _start(bases[stage.base], stage, options, path)
+            walked[i] = _walk(parsed, stage, start, walked, bases, options, patterns)
     return _result(path, walked[target.index], bases)
 
 
@@ -333,6 +337,8 @@ def _walk(
             )
             outcome: RunResult = _run(ins, view, options, path)
             resolver, reason, notes = outcome.resolver, outcome.reason, list(outcome.notes)
+            if outcome.checks and not reason:
+                state.pending.append((len(state.steps), outcome.checks))
             state.files = outcome.files
             if not reason:
                 state.snapshot, state.venvs = outcome.snapshot, dict(outcome.venvs)
@@ -372,7 +378,46 @@ def _walk(
                     f"step {index} ({path}:{ins.start_line}) {short}", f"unpredicted: {reason}"
                 )
             )
+    _settle(state, path)
     return state
+
+
+def _settle(state: _Stage, path: str) -> None:
+    """Take in pip's answers to the stage's pip steps: a step whose answer differs from uv's
+    becomes unpredicted (with pip's answer as the reason), and every later step of the
+    stage says it rests on uv's answer there."""
+    disputed: int | None = None
+    pending = dict(state.pending)
+    state.pending = []
+    for position, step in enumerate(state.steps):
+        prediction = step.prediction
+        if prediction is None:
+            continue
+        notes = list(prediction.notes)
+        reason = prediction.reason
+        for verdict, text in (check.result() for check in pending.get(position, ())):
+            if verdict == "differ" and not reason:
+                reason = text
+            elif verdict != "differ":
+                notes.append(text)
+        if reason and not prediction.reason:
+            short = " ".join(step.created_by.split())
+            short = short if len(short) <= 100 else short[:99] + "…"
+            state.incomplete.append(
+                Incomplete(
+                    f"step {step.index} ({path}:{prediction.line}) {short}",
+                    f"unpredicted: {reason}",
+                )
+            )
+            disputed = disputed if disputed is not None else step.index
+        elif disputed is not None and step.index > disputed and not reason:
+            notes.append(f"rests on uv's answer for step {disputed}, which pip's resolver disputes")
+        status = "unpredicted" if reason else "predicted"
+        updated = dataclasses.replace(
+            prediction, status=status, reason=reason, notes=tuple(dict.fromkeys(notes))
+        )
+        if updated != prediction:
+            state.steps[position] = dataclasses.replace(step, prediction=updated)
 
 
 def _run(ins: Instruction, view: StageView, options: PredictOptions, path: str) -> RunResult:

@@ -17,6 +17,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +144,7 @@ def plan_install(
     timeout: float = 300.0,
     also_installed: Sequence[Environment] = (),
     cache_dir: Path | None = None,
+    glibc: tuple[int, int] | None = None,
 ) -> Plan:
     """Predict ``command`` on ``env`` (see the module docstring).
 
@@ -150,11 +152,12 @@ def plan_install(
     ``/usr/lib/python3/dist-packages``), seeded too, since the installer sees what they hold
     as installed; they are never changed (a distribution the resolver would replace there is
     installed anew into ``env``, as Debian's pip does). ``cache_dir``: uv's cache (index
-    pages and metadata kept between runs); None: a throwaway one."""
+    pages and metadata kept between runs); None: a throwaway one. ``glibc``: the image's,
+    so wheels for a newer manylinux than uv's default (2.17) are candidates."""
     if not command.requirements:
         raise UsageError("the install command names no requirement pinguard can replay")
     index = index or IndexOptions()
-    target = TargetEnvironment(env.python, platform)
+    target = TargetEnvironment(env.python, platform, glibc)
     notes = [f"not replayed: {s}" for s in command.skipped]
     with tempfile.TemporaryDirectory(prefix="pinguard-plan-") as tmp:
         venv = Path(tmp, "venv")
@@ -206,32 +209,39 @@ def plan_install(
     client = index_client or SimpleIndex(opts.index_urls, opts.find_links)
     removed = {n for n, _ in uninstall}
     kept = [d for d in env.distributions if d.name not in removed]
-    added: list[Distribution] = []
-    for name, version in install:
+    requested = {_req_name(r) for r in command.requirements}
+
+    def read(name: NormalizedName, version: str) -> tuple[Distribution, str | None]:
         requires: tuple[str, ...] = ()
         # the file installed names the install: the same wheel again is the same files (the
         # audit's RECORD fingerprint sees no reinstall), another build of the version is not
         fingerprint = f"planned:{name}=={version}"
+        note = None
         try:
             file = client.best_file(name, Version(version), target)
             if file is not None:
                 requires = client.metadata(file).requires_dist
                 fingerprint += f":{file.sha256 or file.url}"
             else:
-                notes.append(f"no wheel of {name} {version} on the index to read its metadata")
+                note = f"no wheel of {name} {version} on the index to read its metadata"
         except (IndexFetchError, InvalidVersion) as exc:
-            notes.append(f"could not read the metadata of {name} {version}: {exc}")
-        added.append(
-            Distribution(
-                name=name,
-                raw_version=version,
-                metadata_path=f"{env.path.rstrip('/')}/{_stem(name)}-{version}.dist-info",
-                requires_dist=requires,
-                installer="uv" if command.command.tool == "uv" else "pip",
-                requested=name in {_req_name(r) for r in command.requirements},
-                fingerprint=fingerprint,
-            )
+            note = f"could not read the metadata of {name} {version}: {exc}"
+        dist = Distribution(
+            name=name,
+            raw_version=version,
+            metadata_path=f"{env.path.rstrip('/')}/{_stem(name)}-{version}.dist-info",
+            requires_dist=requires,
+            installer="uv" if command.command.tool == "uv" else "pip",
+            requested=name in requested,
+            fingerprint=fingerprint,
         )
+        return dist, note
+
+    # one index page and one metadata file per distribution: fetched side by side
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        read_back = list(pool.map(lambda item: read(*item), install))
+    added = [dist for dist, _ in read_back]
+    notes += [note for _, note in read_back if note is not None]
     after = Environment(
         path=env.path,
         python=env.python,
