@@ -26,7 +26,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from pinguard.buildfile.dockerfile import Instruction
 from pinguard.buildfile.lint import run_commands
@@ -659,11 +661,15 @@ def _install(
                 fails=True,
             ) from exc
         raise Unpredictable(f"the resolver could not answer: {text[:600]}") from exc
+    image_pip = next(
+        (d.raw_version for e in (env, *visible) for d in e.distributions if d.name == "pip"),
+        None,
+    )
+    if cmd.tool == "pip" and not replay.index.prerelease:
+        refused = _prerelease_refusal(plan, replay, found.constraints, image_pip)
+        if refused:
+            raise Unpredictable(refused)
     if cmd.tool == "pip" and resolver.pip_check:
-        image_pip = next(
-            (d.raw_version for e in (env, *visible) for d in e.distributions if d.name == "pip"),
-            None,
-        )
         work.checks.append(
             resolver.submit_check(
                 env, replay, view.platform, glibc, visible, plan.install, image_pip
@@ -671,6 +677,48 @@ def _install(
         )
     work.notes.extend(plan.notes)
     work.snapshot = _with_env(work.snapshot, plan.after)
+
+
+#: The first pip that takes a pre-release no specifier names when nothing final fits (it
+#: vendors packaging 26); pip 25.3 and older refuse it, as uv does not (checked: pip 23.0.1,
+#: 23.2.1, 24.2, 25.0 to 25.3 refuse ``ccc>=1.5`` with only ``2.0b1`` above 1.5; 26.0 takes it).
+PIP_TAKES_UNNAMED_PRERELEASES = Version("26.0")
+
+
+def _prerelease_refusal(
+    plan: Plan, replay: InstallReplay, constraints: Sequence[str], image_pip: str | None
+) -> str | None:
+    """Why a pip older than 26.0 would refuse what uv answered: a pre-release that no
+    ``--pre`` allows and no specifier on that package names (uv takes it when nothing final
+    fits; those pips fail the step). None when there is none, or the pip is not known."""
+    try:
+        pip = Version(image_pip) if image_pip else None
+    except InvalidVersion:
+        pip = None
+    if pip is None or pip >= PIP_TAKES_UNNAMED_PRERELEASES:
+        return None
+    specifiers: dict[str, list[SpecifierSet]] = {}
+    texts = [*replay.requirements, *constraints]
+    texts += [r for d in plan.after.distributions for r in d.requires_dist]
+    for text in texts:
+        req = parse_requirement(text)
+        if req is not None:
+            specifiers.setdefault(canonicalize_name(req.name), []).append(req.specifier)
+    for name, raw in plan.install:
+        try:
+            version = Version(raw)
+        except InvalidVersion:
+            continue
+        specs = specifiers.get(name, [])
+        named = any(spec.prereleases for spec in specs)
+        if version.is_prerelease and not named and any(str(s) for s in specs):
+            return (
+                f"uv installs {name} {raw}, a pre-release that no --pre allows and no "
+                f"specifier on {name} names; pip {image_pip} (the image's: pip before "
+                f"{PIP_TAKES_UNNAMED_PRERELEASES} takes no such pre-release) would find no "
+                "version to install and fail this step"
+            )
+    return None
 
 
 def _pip_verdict(

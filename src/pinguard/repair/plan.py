@@ -218,7 +218,8 @@ def plan_install(
         fingerprint = f"planned:{name}=={version}"
         note = None
         try:
-            file = client.best_file(name, Version(version), target)
+            pip = command.command.tool == "pip"
+            file = client.best_file(name, Version(version), target, prefer_last=pip)
             if file is not None:
                 requires = client.metadata(file).requires_dist
                 fingerprint += f":{file.sha256 or file.url}"

@@ -411,10 +411,17 @@ class SimpleIndex:
         self._metadata[key] = meta
         return meta
 
-    def best_file(self, name: str, version: Version, target: TargetEnvironment) -> IndexFile | None:
+    def best_file(
+        self, name: str, version: Version, target: TargetEnvironment, *, prefer_last: bool = False
+    ) -> IndexFile | None:
         """The file of ``name==version`` whose metadata is most likely to apply to ``target``:
-        a compatible wheel with metadata, else any wheel with metadata, else any wheel."""
+        a compatible wheel with metadata, else any wheel with metadata, else any wheel; among
+        equals the first index's, or with ``prefer_last`` the last one's (pip's resolver
+        walks its sorted candidates from the end, so of one file on several indexes it
+        installs the last index's)."""
         files = [f for f in self.files(name) if f.version == version and f.is_wheel]
+        if prefer_last:
+            files.reverse()
 
         def score(f: IndexFile) -> tuple[int, int, str]:
             has_meta = 1 if (f.metadata_url or f.local_path) else 0
