@@ -10,6 +10,12 @@ line) and one JUnit XML file, each atomically. Exit codes: 0 pass, 1 findings (o
 that could not be read, unless ``--allow-incomplete``), 2 usage or configuration error (bad
 policy, unreadable Dockerfile), 3 the image could not be read; with 3 the reports are still
 written, holding the lint findings and the unreadable image as an error.
+
+``--predict`` gates the Dockerfile before anything is built: instead of auditing ``--image``,
+the build is predicted from the Dockerfile (`pinguard.predict`, the options ``pinguard
+predict`` takes) and judged the same way; a step that cannot be predicted is exit 3, as an
+unreadable image is, unless ``--allow-incomplete``. Exactly one of ``--image`` and
+``--predict`` is given: a gate never predicts because an image was forgotten.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, SourceError
+from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, IndexUnreachable, SourceError
 from pinguard.models import AuditResult, Finding, ImageInfo, Incomplete, Snapshot
 from pinguard.report.options import RenderOptions
 
@@ -40,8 +46,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "give one verdict; write SARIF and JUnit reports for CI. Exit codes: 0 pass, "
         "1 findings, 2 usage or configuration error, 3 image unreadable.",
     )
+    from pinguard.cli.predict import add_options as add_predict_options
+
     p.add_argument("--dockerfile", required=True, metavar="PATH", help="the Dockerfile to lint")
-    p.add_argument("--image", required=True, metavar="REF", help="the image built from it")
+    p.add_argument("--image", metavar="REF", help="the image built from it")
+    p.add_argument(
+        "--predict",
+        action="store_true",
+        help="no image yet: predict the build from the Dockerfile and gate that "
+        "(pinguard predict; instead of --image)",
+    )
     p.add_argument("--sarif", metavar="FILE", help="write a SARIF 2.1.0 log here (atomically)")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here (atomically)")
     p.add_argument(
@@ -50,6 +64,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_build_arg_option(p)
     add_image_options(p)
     add_policy_options(p, guard=True)
+    add_predict_options(p, gate=True)
     p.set_defaults(func=run)
 
 
@@ -68,6 +83,13 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.policy.load import load_run_policy
     from pinguard.report import sarif
 
+    if bool(args.image) == bool(args.predict):
+        from pinguard.errors import UsageError
+
+        raise UsageError(
+            "give --image REF (the image built from the Dockerfile) or --predict (predict the "
+            "build from the Dockerfile), one of them"
+        )
     fail_on = FAIL_ON[args.fail_on]
     options = RenderOptions(
         fail_on=fail_on,
@@ -88,19 +110,33 @@ def run(args: argparse.Namespace) -> int:
         require_guard=args.require_guard or effective.require_guard,
         policy_file=effective.policy_file,
     )
-    # 3. audit and judge (an unreadable image: exit 3, reports still written)
-    image_error: SourceError | None = None
+    # 3. audit (or predict) and judge (an unreadable image: exit 3, reports still written)
+    image_error: SourceError | IndexUnreachable | None = None
+    subject = args.image or args.dockerfile
     try:
-        audited = run_audit(args, args.image)
-    except SourceError as exc:
+        if args.predict:
+            from pinguard.cli.predict import predict
+
+            audited = predict(args, args.dockerfile)
+        else:
+            audited = run_audit(args, args.image)
+    except (SourceError, IndexUnreachable) as exc:
         image_error = exc
         audited = AuditResult(
-            image=ImageInfo(reference=args.image, manifest_digest=None, platform=None),
+            image=ImageInfo(reference=subject, manifest_digest=None, platform=None),
             steps=(),
             final=Snapshot(),
-            incomplete=(Incomplete(what=f"image {args.image}", why=str(exc)),),
+            incomplete=(Incomplete(what=f"image {subject}", why=str(exc)),),
         )
-    audit_result = audited if image_error is not None else judge(audited, args, policy)
+    audit_result = (
+        audited
+        if image_error is not None
+        else judge(audited, args, policy, confirm=not args.predict)
+    )
+    if args.predict:
+        from pinguard.cli.predict import step_lines
+
+        options = dataclasses.replace(options, step_lines=step_lines(audit_result))
     from pinguard.policy.engine import sort_key
 
     combined = dataclasses.replace(
@@ -130,12 +166,18 @@ def run(args: argparse.Namespace) -> int:
             "verdict": verdict,
             "lint_findings": len(lint_items),
             "image_error": None if image_error is None else str(image_error),
+            "predicted": bool(args.predict),
         }
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
         _print_table(args, combined, lint_items, verdict, image_error, options)
     if image_error is not None:
         return EXIT_IMAGE
+    if args.predict and not args.allow_incomplete:
+        from pinguard.cli.predict import unpredicted
+
+        if unpredicted(audit_result):
+            return EXIT_IMAGE  # a step that could not be predicted, as an unreadable image
     return EXIT_PASS if verdict == "pass" else EXIT_FINDINGS
 
 
@@ -144,7 +186,7 @@ def _print_table(
     combined: AuditResult,
     lint_items: Sequence[LintFinding],
     verdict: str,
-    image_error: SourceError | None,
+    image_error: SourceError | IndexUnreachable | None,
     options: RenderOptions,
 ) -> None:
     from rich.console import Console
@@ -155,7 +197,8 @@ def _print_table(
     print(f"lint {args.dockerfile}:", file=out)
     out.write("".join("  " + line + "\n" for line in render_table(lint_items).splitlines()))
     if image_error is not None:
-        print(f"image {args.image}: cannot be read: {image_error}", file=out)
+        what = f"image {args.image}" if args.image else f"prediction of {args.dockerfile}"
+        print(f"{what}: cannot be read: {image_error}", file=out)
         print(f"verdict: {verdict}", file=out)
         return
     from pinguard.report import table
