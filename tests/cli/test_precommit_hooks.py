@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.index import IndexServer
 from tests.infra.precommit import clone_checkout, git, require_pre_commit, run_pre_commit
 
 BAD = (
@@ -127,3 +128,38 @@ def test_policy_check_hook(
     (project / "policies" / "broken.toml").write_text("no_such_key = 1\n")
     result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-policy-check")
     assert result.returncode != 0, result.stdout + result.stderr
+
+
+def test_predict_hook_refuses_a_dockerfile_before_it_is_built(
+    project: Path,
+    hook_repo: Path,
+    pre_commit_home: Path,
+    wheelhouse: Path,
+    base_image: str,
+    scenario_index: IndexServer,
+    nightly_index: IndexServer,
+) -> None:
+    """The predict hook predicts every Dockerfile (the base from containers-storage, the
+    stand-in indexes as ARG defaults) and fails on the nightly step's predicted downgrade."""
+    head = (
+        f"FROM {base_image}\n"
+        f"ARG INDEX_URL={scenario_index.url}\n"
+        f"ARG NIGHTLY_URL={nightly_index.url}\n"
+        "RUN pip install --index-url $INDEX_URL nvidia-nccl-cu13==2.30.3 "
+        "nvidia-cutlass-dsl==4.3.0 torch==2.11.0+cu130\n"
+    )
+    nightly = (
+        "RUN pip install --pre --index-url $NIGHTLY_URL --extra-index-url $INDEX_URL "
+        "flashinfer-python==0.6.18.dev20261120\n"
+    )
+    (project / "Dockerfile").write_text(head)
+    result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-predict")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (project / "services").mkdir()
+    (project / "services" / "Dockerfile.nightly").write_text(head + nightly)
+    result = try_repo(project, hook_repo, pre_commit_home, wheelhouse, "pinguard-predict")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "== services/Dockerfile.nightly" in out
+    assert "moved nvidia-nccl-cu13 back from 2.30.3 to 2.29.7" in out
+    assert "verdict: fail" in out

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pinguard.cli.common import (
     FAIL_ON,
@@ -33,6 +34,9 @@ from pinguard.models import AuditResult, Platform
 from pinguard.report.formats import FORMATS
 from pinguard.report.options import RenderOptions
 
+if TYPE_CHECKING:
+    from pinguard.policy.model import Policy
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -45,7 +49,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "2 usage error, 3 a base image or index that cannot be reached, or a step that could "
         "not be predicted (--allow-incomplete to accept that).",
     )
-    p.add_argument("dockerfile", metavar="DOCKERFILE")
+    p.add_argument(
+        "dockerfile",
+        metavar="DOCKERFILE",
+        nargs="+",
+        help="the Dockerfile(s) to predict (several: each reported as a table, in turn)",
+    )
     add_options(p)
     p.set_defaults(func=run)
 
@@ -156,15 +165,33 @@ def unpredicted(result: AuditResult) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Predict each Dockerfile given; several (as a pre-commit hook passes them) are each
+    reported as a table, the exit code the worst of theirs (3, then 1, then 0)."""
+    from pinguard.errors import UsageError
     from pinguard.policy.load import load_run_policy
 
+    files: list[str] = list(args.dockerfile)
+    if len(files) > 1 and (args.format != "table" or args.output):
+        raise UsageError(
+            f"-f {args.format}{' -o' if args.output else ''} reports one Dockerfile; "
+            f"{len(files)} were given"
+        )
     policy = load_run_policy(args.policy)
-    result = judge(predict(args, args.dockerfile), args, policy, confirm=False)
+    codes = []
+    for path in files:
+        if len(files) > 1:
+            print(f"== {path}", file=sys.stdout, flush=True)
+        codes.append(_run_one(args, path, policy))
+    return max(codes, key=lambda c: {EXIT_IMAGE: 3, 1: 2, 0: 0}.get(c, 1))
+
+
+def _run_one(args: argparse.Namespace, dockerfile: str, policy: Policy) -> int:
+    result = judge(predict(args, dockerfile), args, policy, confirm=False)
     options = RenderOptions(
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
         allow_no_python=args.allow_no_python,
-        dockerfile=args.dockerfile,
+        dockerfile=dockerfile,
         step_lines=step_lines(result),
         watch=policy.pinned_packages,
         show_all=args.show_all,
