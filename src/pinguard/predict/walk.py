@@ -299,8 +299,10 @@ def _start(base: BaseImage, stage: Stage, options: PredictOptions, path: str) ->
 
 def created_by(ins: Instruction) -> str:
     """The history entry a builder would write for ``ins`` (the instruction as written, its
-    heredocs included)."""
-    flags = "".join(f"--{k}={v} " if v else f"--{k} " for k, v in ins.flags)
+    heredocs included; a RUN without its ``--mount``/``--network`` flags, as buildah and
+    BuildKit record it, so the reports read the command)."""
+    shown = () if ins.keyword == "RUN" else ins.flags
+    flags = "".join(f"--{k}={v} " if v else f"--{k} " for k, v in shown)
     text = f"{ins.keyword} {flags}{ins.args}"
     for doc in ins.heredocs:
         text += f"\n{doc.body}{doc.delimiter}"
