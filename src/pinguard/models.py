@@ -3,7 +3,9 @@
 Everything here is a frozen, slotted dataclass built from already-parsed values
 (`packaging` names and versions), so each stage of the pipeline
 (source -> layers -> catalog -> snapshot/diff -> policy -> report/emit) hands the
-next one plain, immutable facts. Nothing in this module does I/O.
+next one plain, immutable facts. Nothing in this module does I/O. ``Platform`` is defined
+beside what is known about it (``pinguard.target``, which imports no other value: a source
+resolving an image needs no more) and re-exported here with the values it travels with.
 """
 
 from __future__ import annotations
@@ -14,6 +16,34 @@ from typing import Any
 
 from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion, Version
+
+from pinguard.target import Platform  # re-exported: the values below travel with it
+
+__all__ = [
+    "SCHEMA_ID",
+    "AuditResult",
+    "Cause",
+    "Change",
+    "ChangeKind",
+    "DebPackage",
+    "Distribution",
+    "Environment",
+    "Finding",
+    "ImageInfo",
+    "Incomplete",
+    "LayerRead",
+    "NativeLibrary",
+    "Package",
+    "Platform",
+    "PolicySource",
+    "Prediction",
+    "Resolution",
+    "Severity",
+    "Snapshot",
+    "Step",
+    "Unmet",
+    "parse_version",
+]
 
 SCHEMA_ID = "pinguard/audit/v1"
 
@@ -49,19 +79,6 @@ def parse_version(raw: str) -> Version | None:
         return Version(raw)
     except InvalidVersion:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class Platform:
-    """An image platform such as linux/arm64/v8 (what is known about it: `pinguard.target`)."""
-
-    os: str
-    architecture: str
-    variant: str = ""
-
-    def __str__(self) -> str:
-        base = f"{self.os}/{self.architecture}"
-        return f"{base}/{self.variant}" if self.variant else base
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,21 +7,37 @@ matching a wanted platform with an image's (``arm64`` implies variant ``v8``), t
 platform as docker and skopeo choose it, and the marker values of a CPython of a given version
 on a given platform (what ``python_version == "3.11"`` or ``platform_machine == "aarch64"``
 means for an image). Requirement strings are parsed here too, so every stage reads
-``Requires-Dist`` the same way. `Platform` itself stays a plain value in `pinguard.models`
-beside the other values it travels with (``ImageInfo``, ``ResolvedImage``); this module holds
-what is known about it. Nothing here does I/O.
+``Requires-Dist`` the same way. The ``Platform`` value is defined here, beside what is known
+about it, and re-exported by ``pinguard.models`` with the values it travels with
+(``ImageInfo``, ``ResolvedImage``): a source that resolves an image then imports neither the
+other values nor ``packaging``, which is loaded when markers or requirements are first read
+(a warm audit reads none). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-import platform as _platform
+from dataclasses import dataclass
 from functools import lru_cache
-
-from packaging.markers import default_environment
-from packaging.requirements import InvalidRequirement, Requirement
+from typing import TYPE_CHECKING
 
 from pinguard.errors import InvalidPlatform
-from pinguard.models import Platform
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """An image platform such as linux/arm64/v8 (what is known about it: below)."""
+
+    os: str
+    architecture: str
+    variant: str = ""
+
+    def __str__(self) -> str:
+        base = f"{self.os}/{self.architecture}"
+        return f"{base}/{self.variant}" if self.variant else base
+
 
 #: ``uname -m`` and GOARCH spellings -> the OCI (GOARCH) architecture.
 ARCH_ALIASES: dict[str, str] = {
@@ -73,6 +89,8 @@ def platform_machine(platform: Platform) -> str:
 
 def host_platform() -> Platform:
     """linux and this machine's architecture, in OCI terms, as docker and skopeo choose it."""
+    import platform as _platform  # here: a platform read from the image needs no uname
+
     machine = _platform.machine().lower()
     return Platform(
         os="linux",
@@ -129,6 +147,8 @@ def marker_environment(python: str | None, platform: Platform | None) -> dict[st
     installed. What is not known (no Python version, no platform, as for a directory on disk)
     takes this machine's value, which is right for ``dir:`` and the in-build guard.
     """
+    from packaging.markers import default_environment
+
     values: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     values.update(implementation_name="cpython", platform_python_implementation="CPython", extra="")
     if python:
@@ -155,6 +175,8 @@ def marker_environment(python: str | None, platform: Platform | None) -> dict[st
 
 def parse_requirement(text: str) -> Requirement | None:
     """The PEP 508 requirement ``text``, or None when it is not one."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         return Requirement(text)
     except InvalidRequirement:

@@ -1,8 +1,11 @@
 """What a warm audit imports: the modules it uses, not every renderer and the worker pool.
 
-A warm audit (the image's replay entry in the cache) spends most of its time starting
-Python and importing; the renderers of other formats, rich's progress bars and the process
-pool are imported only when they are used. Each case runs the real CLI in a fresh
+A warm audit spends most of its time starting Python and importing. Answered from its result
+entry (``cli/warm.py``: the same command line, image and policy as a cold audit before it),
+it imports no more than resolving the image and reading one entry takes: not the pipeline,
+the values, the policy engine or any renderer. Answered from the replay entry (the result
+entry gone, or another format), the renderers of other formats, rich's progress bars and the
+process pool are imported only when they are used. Each case runs the real CLI in a fresh
 interpreter on a real image archive and lists ``sys.modules`` after it.
 """
 
@@ -32,6 +35,21 @@ NOT_WARM = (
     "tomlkit",  # policy files: none in the directory the audit runs in
 )
 
+#: Modules an audit answered from its result entry must not import either: it resolves the
+#: image, reads one entry and writes the report, and does nothing else.
+NOT_WARM_RESULT = (
+    *NOT_WARM,
+    "pinguard.audit",
+    "pinguard.catalog",
+    "pinguard.layers.analysis",
+    "pinguard.layers.cachestore",
+    "pinguard.models",
+    "pinguard.policy.load",
+    "pinguard.policy.engine",
+    "pinguard.report",
+    "packaging",
+)
+
 _RUN = """
 import json, sys
 from pinguard.cli import main
@@ -53,7 +71,27 @@ def _audit(ref: str, cache: Path, fmt: str) -> tuple[int, set[str]]:
     return int(got["code"]), set(got["modules"])
 
 
-def test_a_warm_json_audit_imports_neither_rich_nor_the_pool_nor_other_renderers(
+def _imported(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_a_warm_json_audit_answered_by_its_result_imports_no_audit_nor_report(
+    tmp_path: Path,
+) -> None:
+    archive = tmp_path / "demo.tar"
+    build_demo(archive, tag="t")
+    ref = f"oci-archive:{archive}:t"
+    cache = tmp_path / "cache"
+    assert not cache.exists()
+    cold_code, _ = _audit(ref, cache, "json")
+    assert list(cache.glob("result-*.json")), "the cold audit wrote no result entry"
+    warm_code, warm = _audit(ref, cache, "json")
+    assert warm_code == cold_code
+    assert "pinguard.cli.warm" in warm
+    assert _imported(warm, NOT_WARM_RESULT) == []
+
+
+def test_a_warm_json_audit_from_the_replay_imports_neither_rich_nor_the_pool_nor_other_renderers(
     tmp_path: Path,
 ) -> None:
     archive = tmp_path / "demo.tar"
@@ -63,11 +101,12 @@ def test_a_warm_json_audit_imports_neither_rich_nor_the_pool_nor_other_renderers
     assert not cache.exists()
     cold_code, _ = _audit(ref, cache, "json")
     assert list(cache.glob("replay-*.json")), "the cold audit wrote no replay entry"
+    for entry in cache.glob("result-*.json"):  # answered by the replay entry, not the result
+        entry.unlink()
     warm_code, warm = _audit(ref, cache, "json")
     assert warm_code == cold_code
     assert "pinguard.report.json" in warm
-    imported = sorted(m for m in warm if any(m == n or m.startswith(n + ".") for n in NOT_WARM))
-    assert imported == []
+    assert _imported(warm, NOT_WARM) == []
 
 
 def test_the_table_format_still_imports_its_renderer(tmp_path: Path) -> None:

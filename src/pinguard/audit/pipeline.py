@@ -727,14 +727,16 @@ def audit_source(
     progress: Progress | None = None,
     *,
     reference: str | None = None,
+    resolved: ResolvedImage | None = None,
 ) -> AuditResult:
-    """Audit the image an opened source resolves to (the source is closed afterwards).
+    """Audit the image an opened source resolves to (the source is closed afterwards);
+    ``resolved``: what the source resolved to already (not fetched again).
 
     With a cache directory, an image chain replayed before is read back from its replay
     entry (``replay.py``) without reading any layer analysis; otherwise the result is
     built and its replay stored."""
     with source:
-        resolved = source.resolve()
+        resolved = resolved if resolved is not None else source.resolve()
         if reference is not None:
             resolved = replace(resolved, reference=reference)
         store = _replay_store(resolved, options)

@@ -4,24 +4,25 @@ Owns one entry per image chain: everything ``pipeline.build_result`` derives fro
 analyses (each step with its changes, causes and unmet requirements, each step's snapshot
 with the loader's resolutions, the incomplete items, the history notes, the final file
 digests), so a warm audit reads one entry instead of every layer's analysis and replays
-nothing. The key (``replay_key``) is a digest over the entry format, the source of every
-module that takes part in the replay (``pinguard.audit``, ``pinguard.layers``,
-``pinguard.catalog``, ``pinguard.models``, ``pinguard.target``), the Python and
-``packaging`` versions (PEP 440 order and markers), the layer cache's key (the analyzers'
-names, versions and options) and limits, the platform, the image config's
-canonical JSON (its history, Env and diff_ids) and the chain of layer digests and diff_ids in
-order. Entries are written atomically and carry the sha256 of their own canonical JSON, as
-layer entries do; an entry that fails that check, or does not decode into the models, is a
-miss. Values are encoded from the frozen models by their type hints, and a distribution or
-environment that several snapshots share is written once and shared again when read, so an
-entry grows with what the image holds, not with its number of steps times that.
+nothing. The key (``replay_key``, by the one key function ``pinguard.cache.key.digest_of``)
+covers the entry format, the source of every module that takes part in the replay
+(``pinguard.audit``, ``pinguard.cache``, ``pinguard.layers``, ``pinguard.catalog``,
+``pinguard.models``, ``pinguard.target``), the Python and ``packaging`` versions (PEP 440
+order and markers), the layer cache's key (the analyzers' names, versions and options) and
+limits, the platform, the image config's canonical JSON (its history, Env and diff_ids) and
+the chain of layer digests and diff_ids in order. Entries are kept in the one entry format
+(``pinguard.cache.entry.EntryDir``: written atomically, sealed with the sha256 of their own
+canonical JSON, as layer entries are); an entry that fails that check, or does not decode
+into the models, is a miss. Values are encoded from the frozen models by their type hints,
+and a distribution or environment that several snapshots share is written once and shared
+again when read, so an entry grows with what the image holds, not with its number of steps
+times that.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import json
 import sys
 import types
@@ -34,8 +35,8 @@ from typing import Any
 
 import packaging
 
-from pinguard.fileio import atomic_write
-from pinguard.layers.cache import seal, source_digest, unseal
+from pinguard.cache.entry import EntryDir
+from pinguard.cache.key import digest_of, source_digest
 from pinguard.models import Distribution, Environment, Incomplete, Platform, Snapshot, Step
 from pinguard.sources.interface import LayerRef
 
@@ -43,6 +44,7 @@ FORMAT = "1"
 #: Modules whose source is part of the key: all the code a replay runs.
 REPLAYERS = (
     "pinguard.audit",
+    "pinguard.cache",
     "pinguard.layers",
     "pinguard.catalog",
     "pinguard.models",
@@ -70,14 +72,18 @@ def replay_key(
 ) -> str:
     """The entry key for this image chain replayed by this code with these analyzers."""
     # packaging orders versions and evaluates markers: another release may judge otherwise
-    runtime = f"python={sys.version_info[:3]}\0packaging={packaging.__version__}\0"
-    h = hashlib.sha256(f"replay={FORMAT}\0{layers_key}\0{platform!r}\0{runtime}".encode())
-    for name in REPLAYERS:
-        h.update(f"{name}={source_digest(import_module(name))}\0".encode())
-    h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode() + b"\0")
+    parts = [
+        f"replay={FORMAT}",
+        layers_key,
+        repr(platform),
+        f"python={sys.version_info[:3]}",
+        f"packaging={packaging.__version__}",
+        *(f"{name}={source_digest(import_module(name))}" for name in REPLAYERS),
+        json.dumps(config, sort_keys=True, separators=(",", ":")),
+    ]
     for layer in layers:
-        h.update(f"{layer.digest}\0{layer.diff_id or ''}\0".encode())
-    return h.hexdigest()
+        parts += [layer.digest, layer.diff_id or ""]
+    return digest_of(parts)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -312,27 +318,21 @@ def decode(data: dict[str, Any]) -> Replay:
 
 
 class ReplayCache:
-    """``replay-<key>.json`` files in the layer cache's directory."""
+    """``replay-<key>.json`` entries in the layer cache's directory (``EntryDir``)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-
-    def _path(self, key: str) -> Path:
-        if not key.isalnum():
-            raise ValueError(f"not a key: {key!r}")
-        return self.directory / f"replay-{key}.json"
+        self._entries = EntryDir(directory, "replay")
 
     def get(self, key: str) -> Replay | None:
+        data = self._entries.get(key)
+        if data is None:
+            return None
         try:
-            data = unseal(self._path(key).read_bytes())
-            if data is None or data.pop("key", None) != key:
-                return None
             return decode(data)
-        except (OSError, ValueError, KeyError, TypeError, IndexError, AssertionError):
+        except (ValueError, KeyError, TypeError, IndexError, AssertionError):
             return None
 
     def put(self, key: str, encoded: dict[str, Any]) -> None:
         """Store a replay as ``encode`` or ``StepEncoder.finish`` gives it."""
-        data = {**encoded, "key": key}
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(self._path(key), seal(data))
+        self._entries.put(key, encoded)

@@ -16,12 +16,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pinguard.cache.key import source_digest
 from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
 from pinguard.catalog.native import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
-from pinguard.layers.cache import cache_key, source_digest
+from pinguard.layers.cache import cache_key
 from pinguard.layers.tar import SKIP, STREAM, MemberStream, PartReader, Selector
 from pinguard.models import Snapshot
 

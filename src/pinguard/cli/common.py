@@ -1,37 +1,64 @@
 """Options and wiring shared by the subcommands: image, index, policy and build-arg options,
-running an audit with progress bars, loading and applying the policy, the exit code."""
+running an audit with progress bars, loading and applying the policy, the exit code.
+
+Building a parser imports nothing the audit needs (the pipeline, the values, the cache
+store): those are imported where they are used, so a warm audit (``cli/warm.py``) that
+answers from its result entry never loads them."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.cache.entry import default_cache_dir
 from pinguard.errors import IncompleteAudit, UsageError
 from pinguard.fileio import atomic_write
-from pinguard.layers.analysis import LayerLimits
-from pinguard.layers.cache import default_cache_dir
-from pinguard.layers.cachestore import LOCK_TTL, LOCK_WAIT, CacheSpec, FleetKeys
-from pinguard.models import AuditResult, Platform, Severity
-from pinguard.sources.interface import LayerRef, SourceOptions
+from pinguard.layers.cachebackend import LOCK_TTL, LOCK_WAIT
+from pinguard.layers.limits import LayerLimits
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import TaskID
 
+    from pinguard.audit.pipeline import AuditOptions
+    from pinguard.layers.cachestore import CacheSpec
+    from pinguard.models import AuditResult, Platform, Severity
     from pinguard.policy.model import Policy
     from pinguard.repair.resolve import IndexOptions
+    from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 
-FAIL_ON = {
-    "error": Severity.ERROR,
-    "warning": Severity.WARNING,
-    "info": Severity.INFO,
+
+#: ``--fail-on`` names -> the name of the ``Severity`` member they stand for.
+_FAIL_ON_NAMES: dict[str, str | None] = {
+    "error": "ERROR",
+    "warning": "WARNING",
+    "info": "INFO",
     "never": None,
 }
+
+
+class _FailOn(Mapping[str, "Severity | None"]):
+    """``--fail-on`` names -> the lowest severity that fails (None: ``never``); the values
+    are loaded when first read, so building a parser does not load them."""
+
+    def __getitem__(self, name: str) -> Severity | None:
+        from pinguard.models import Severity
+
+        member = _FAIL_ON_NAMES[name]
+        return None if member is None else Severity[member]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_FAIL_ON_NAMES)
+
+    def __len__(self) -> int:
+        return len(_FAIL_ON_NAMES)
+
+
+FAIL_ON: Mapping[str, Severity | None] = _FailOn()
 
 
 def parse_platform(text: str) -> Platform:
@@ -304,6 +331,8 @@ class _RichProgress:
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
     """The transport settings the image options (``add_image_options``) describe."""
+    from pinguard.sources.interface import SourceOptions
+
     return SourceOptions(
         platform=parse_platform(args.platform) if args.platform else None,
         insecure_registries=tuple(args.insecure_registry),
@@ -315,6 +344,8 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
     key files are loaded here, so a bad one is an error before any audit."""
     if not getattr(args, "shared_cache", None) or getattr(args, "no_cache", False):
         return None
+    from pinguard.layers.cachestore import CacheSpec, FleetKeys
+
     spec = CacheSpec(
         url=args.shared_cache,
         keys=FleetKeys(signing_key=args.cache_sign_key, trusted=tuple(args.cache_trust)),
@@ -332,6 +363,8 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
 
 def audit_options(args: argparse.Namespace) -> AuditOptions:
     """The ``AuditOptions`` the image options describe."""
+    from pinguard.audit.pipeline import AuditOptions  # here: a warm audit never loads it
+
     return AuditOptions(
         source=source_options(args),
         cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
@@ -347,18 +380,40 @@ def audit_options(args: argparse.Namespace) -> AuditOptions:
     )
 
 
-def run_audit(args: argparse.Namespace, reference: str) -> AuditResult:
-    options = audit_options(args)
+def run_audit(
+    args: argparse.Namespace,
+    reference: str,
+    *,
+    opened: tuple[ImageSource, ResolvedImage] | None = None,
+) -> AuditResult:
+    """Audit ``reference`` as ``args`` ask, drawing progress bars on a terminal; ``opened``:
+    the source of that reference, already opened and resolved (``cli/warm.py`` resolved it
+    to look its result up), which the audit goes on with and closes."""
+    from pinguard.audit.pipeline import audit_image, audit_source
+
+    try:
+        options = audit_options(args)
+    except BaseException:
+        if opened is not None:
+            opened[0].close()
+        raise
+
+    def audit(progress: _RichProgress | None) -> AuditResult:
+        if opened is None:
+            return audit_image(reference, options=options, progress=progress)
+        source, resolved = opened
+        return audit_source(source, options, progress, resolved=resolved)
+
     if sys.stderr.isatty():  # progress bars only for a person watching (rich: imported then)
         from rich.console import Console
 
         err = Console(stderr=True)
         progress = _RichProgress(err)
         try:
-            return audit_image(reference, options=options, progress=progress)
+            return audit(progress)
         finally:
             progress.stop()
-    return audit_image(reference, options=options)
+    return audit(None)
 
 
 def judge(
@@ -367,13 +422,15 @@ def judge(
     policy: Policy | None = None,
     *,
     confirm: bool = True,
+    today: _dt.date | None = None,
 ) -> AuditResult:
     """Apply the policy (given, or from files, discovered, or the built-in default).
 
     A lazy read that would pass is confirmed (``confirm``): the image is audited again with
     every layer read in full and its DiffID proven, and that audit is judged and returned, so
     a TOC that lies cannot pass a gate. A lazy read that fails is returned as it is (failing
-    fast is what lazy is for), and so is an unproven pass under ``--allow-unproven``."""
+    fast is what lazy is for), and so is an unproven pass under ``--allow-unproven``.
+    ``today`` decides which waivers have expired (default: the local date)."""
     import dataclasses
 
     from pinguard.policy.engine import evaluate
@@ -385,7 +442,7 @@ def judge(
         result,
         policy,
         targets=tuple(args.target),
-        today=_dt.date.today(),
+        today=today or _dt.date.today(),
         file_digests=dict(result.file_digests) if args.verify_records else None,
     )
     judged = dataclasses.replace(result, findings=tuple(findings), policy=policy.source)
@@ -393,7 +450,9 @@ def judge(
         if getattr(args, "allow_unproven", False):
             return judged
         full = argparse.Namespace(**{**vars(args), "layer_read": "full"})
-        confirmed = judge(run_audit(full, result.image.reference), full, policy, confirm=False)
+        confirmed = judge(
+            run_audit(full, result.image.reference), full, policy, confirm=False, today=today
+        )
         note = (
             f"the lazy read's pass was confirmed by a full read: {len(judged.unproven)} "
             "layer(s) streamed whole and their DiffIDs proven"

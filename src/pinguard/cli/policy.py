@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pinguard.policy.load import check_policy_files, discover
+    from pinguard.policy.discovery import discover
+    from pinguard.policy.load import check_policy_files
 
     files = list(args.files)
     if not files:

@@ -30,6 +30,7 @@ from pinguard.layers.blob import (
     VerifyingReader,
     inflated_chunks,
 )
+from pinguard.layers.limits import LayerLimits  # re-exported: the analysis enforces them
 from pinguard.layers.names import MemberNames, NameFlag
 from pinguard.layers.tar import (
     CAPTURE,
@@ -46,6 +47,19 @@ from pinguard.layers.tar import (
     walk_members,
 )
 from pinguard.sources.digest import Digest
+
+__all__ = [
+    "HASH_AHEAD",
+    "INFLATE_AHEAD",
+    "OPAQUE",
+    "WHITEOUT",
+    "ZERO_PAD_BLOCKS",
+    "LayerAnalysis",
+    "LayerLimits",
+    "analyze_directory",
+    "analyze_stream",
+    "record_member",
+]
 
 
 @dataclass(slots=True)
@@ -134,26 +148,6 @@ class LayerAnalysis:
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-
-
-@dataclass(frozen=True, slots=True)
-class LayerLimits:
-    """Caps on the work one layer may cause (docs/reliability.md); beyond them, fail closed.
-
-    ``max_capture``: a selected metadata file (METADATA, RECORD, ...) larger than this is not
-    read into memory and is reported as incomplete. ``max_size``: a layer whose tar inflates
-    past this many bytes is an error. ``max_ratio``: once a layer has inflated past
-    ``ratio_floor`` bytes, inflating more than ``max_ratio`` bytes per stored byte is an
-    error (a decompression bomb)."""
-
-    max_capture: int = 16 << 20
-    max_size: int = 64 << 30
-    max_ratio: int = 1000
-    ratio_floor: int = 256 << 20
-
-    def key(self) -> str:
-        """A short name for these limits, part of the cache key (they change the analysis)."""
-        return f"c{self.max_capture}"
 
 
 def _guarded(

@@ -4,8 +4,10 @@
 (``pinguard.layers.rediscache``, ``pinguard.layers.registrycache``); ``CacheUnavailable``
 says a backend could not be reached, ``EntryRejected`` why an entry read is not used, and
 ``MAX_ENTRY_BYTES`` bounds what one entry may hold; ``LockingBackend`` is a backend that can
-also hold short-lived in-flight claims (Redis). ``pinguard.layers.cachestore`` builds the
-verified cache on top; keeping these here lets the backends sit below it without importing it.
+also hold short-lived in-flight claims (Redis), for ``LOCK_TTL`` and waited on for at most
+``LOCK_WAIT`` by default. ``pinguard.layers.cachestore`` builds the verified cache on top;
+keeping these here lets the backends sit below it without importing it (and the command line
+show the defaults without loading it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from typing import Protocol, runtime_checkable
 
 #: The most bytes one shared entry may hold.
 MAX_ENTRY_BYTES = 64 << 20
+#: An in-flight claim lives this long unless its holder extends it (every third of it).
+LOCK_TTL = 30.0
+#: The longest an audit waits for another audit's analysis of a layer before doing it too.
+LOCK_WAIT = 900.0
 
 
 class CacheUnavailable(Exception):

@@ -36,6 +36,8 @@ from typing import Any, Protocol
 
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.cachebackend import (
+    LOCK_TTL,
+    LOCK_WAIT,
     MAX_ENTRY_BYTES,
     CacheBackend,
     CacheUnavailable,
@@ -45,10 +47,6 @@ from pinguard.layers.cachebackend import (
 
 ENTRY_FORMAT = "pinguard/layer-cache-entry/1"
 ENTRY_PAYLOAD_TYPE = "application/vnd.pinguard.layer-cache-entry+json"
-#: An in-flight claim lives this long unless its holder extends it (every third of it).
-LOCK_TTL = 30.0
-#: The longest an audit waits for another audit's analysis of a layer before doing it too.
-LOCK_WAIT = 900.0
 
 
 class LayerStore(Protocol):

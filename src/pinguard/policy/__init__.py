@@ -5,33 +5,64 @@ table; ``load_policy(*files)`` reads, validates and merges files (raising ``Poli
 ``ConfigError`` listing every problem with file and line) and returns the built-in default
 when given none; ``check_policy_files(files)`` returns the problems without raising; and
 ``evaluate(result, policy, targets=..., today=..., file_digests=...)`` returns the sorted
-findings, waived ones included and marked.
+findings, waived ones included and marked. The names are re-exported on first use (PEP 562),
+so importing one module of this package (``discover`` for a warm audit) loads no other.
 """
 
 from __future__ import annotations
 
-from pinguard.policy.engine import evaluate, sort_key, worst
-from pinguard.policy.load import (
-    PolicyError,
-    PolicyProblem,
-    check_policy_files,
-    discover,
-    load_policy,
-    parse_policy,
-)
-from pinguard.policy.model import (
-    RULES,
-    Coupling,
-    Forbidden,
-    Origin,
-    Pin,
-    Policy,
-    RuleConfig,
-    RuleInfo,
-    Scope,
-    Waiver,
-    default_policy,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pinguard.policy.discovery import discover
+    from pinguard.policy.engine import evaluate, sort_key, worst
+    from pinguard.policy.load import (
+        PolicyError,
+        PolicyProblem,
+        check_policy_files,
+        load_policy,
+        parse_policy,
+    )
+    from pinguard.policy.model import (
+        RULES,
+        Coupling,
+        Forbidden,
+        Origin,
+        Pin,
+        Policy,
+        RuleConfig,
+        RuleInfo,
+        Scope,
+        Waiver,
+        default_policy,
+    )
+
+#: Where each re-exported name lives (the module below ``pinguard.policy``).
+_HOMES = {
+    "discover": "discovery",
+    **dict.fromkeys(("evaluate", "sort_key", "worst"), "engine"),
+    **dict.fromkeys(
+        ("PolicyError", "PolicyProblem", "check_policy_files", "load_policy", "parse_policy"),
+        "load",
+    ),
+    **dict.fromkeys(
+        (
+            "RULES",
+            "Coupling",
+            "Forbidden",
+            "Origin",
+            "Pin",
+            "Policy",
+            "RuleConfig",
+            "RuleInfo",
+            "Scope",
+            "Waiver",
+            "default_policy",
+        ),
+        "model",
+    ),
+}
 
 __all__ = [
     "RULES",
@@ -55,3 +86,10 @@ __all__ = [
     "sort_key",
     "worst",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)

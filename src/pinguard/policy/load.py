@@ -11,8 +11,8 @@ found from any directory and from an installed wheel); they are loaded first (de
 each once) and cycles are errors. A file that cannot be read at all is a problem without a
 line (``cannot read 'x.toml': ...``). Later files override earlier ones in ``require_guard``
 and key by key in ``[rules.*]``, while ``[[pin]]``, ``[[forbidden]]``, ``[[coupling]]``,
-``[[native-pin]]`` and ``[[waiver]]`` entries accumulate. ``discover`` finds ``pinguard.toml``
-or a ``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards;
+``[[native-pin]]`` and ``[[waiver]]`` entries accumulate. ``discover`` (``discovery.py``) finds
+``pinguard.toml`` or a ``[tool.pinguard]`` table in ``pyproject.toml`` from a directory upwards;
 ``load_run_policy`` is what every command loads (the given files, else the discovered one,
 else the built-in default).
 """
@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from pinguard.errors import ConfigError
 from pinguard.models import Severity
+from pinguard.policy.discovery import discover
 from pinguard.policy.locate import Lines, locate_lines
 from pinguard.policy.locate import Path as KeyPath
 from pinguard.policy.model import (
@@ -707,35 +708,6 @@ def parse_policy(text: str, file: str = "<string>") -> Policy:
     if problems:
         raise PolicyError(problems)
     return _fold([layer])
-
-
-def _has_tool_table(path: Path) -> bool:
-    import tomlkit
-    import tomlkit.exceptions
-
-    try:
-        doc = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
-    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError):
-        return False
-    tool = doc.get("tool")
-    return isinstance(tool, dict) and "pinguard" in tool
-
-
-def discover(start: str | os.PathLike[str] | None = None) -> Path | None:
-    """The nearest ``pinguard.toml``, or ``pyproject.toml`` with ``[tool.pinguard]``.
-
-    Looks in ``start`` (default: the current directory) and then each parent; in one
-    directory ``pinguard.toml`` wins over ``pyproject.toml``. None when nothing is found.
-    """
-    here = Path(start if start is not None else Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "pinguard.toml"
-        if candidate.is_file():
-            return candidate
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file() and _has_tool_table(candidate):
-            return candidate
-    return None
 
 
 def load_run_policy(

@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
-from pinguard.models import Platform
-from pinguard.sources.detect import detect
 from pinguard.sources.interface import (
     ImageSource,
     LayerRef,
@@ -45,6 +43,7 @@ from pinguard.sources.interface import (
     SourceOptions,
     UnpackedTree,
 )
+from pinguard.target import Platform
 
 __all__ = [
     "TRANSPORTS",
@@ -236,6 +235,8 @@ def resolve_reference(text: str) -> ImageReference:
             except InvalidReference as exc:  # quote the reference as given
                 raise InvalidReference(str(exc).replace(repr(rest), repr(text), 1)) from None
         return ImageReference(text, transport, rest)
+    from pinguard.sources.detect import detect  # here: a transport-prefixed reference needs none
+
     path_text = os.path.expanduser(text) if text.startswith("~") else text
     local = detect(path_text)
     if local is not None and local.reference is not None:

@@ -16,7 +16,6 @@ import base64
 import binascii
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +96,8 @@ def server_url(registry: str) -> str:
 
 def run_credential_helper(name: str, registry: str) -> Credentials | None:
     """Ask ``docker-credential-NAME`` for the registry's credentials; None when it has none."""
+    import subprocess  # here: only a configured helper needs it
+
     program = f"docker-credential-{name}"
     origin = f"credential helper {program!r}"
     try:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from pinguard.models import Platform
+from pinguard.target import Platform
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError, UnsupportedArtifact
-from pinguard.models import Platform
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import LayerRef, ResolvedImage
 from pinguard.sources.mediatypes import (
@@ -28,7 +27,7 @@ from pinguard.sources.mediatypes import (
     OCI_INDEX,
     OCI_MANIFEST,
 )
-from pinguard.target import default_variant, platform_matches
+from pinguard.target import Platform, default_variant, platform_matches
 
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
-from pinguard.models import Platform
 from pinguard.sources import manifest as mf
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.tarindex import TarIndex
-from pinguard.target import host_platform, platform_matches
+from pinguard.target import Platform, host_platform, platform_matches
 
 _MAX_DEPTH = 4
 _SMALL_BLOB = 16 << 20  # manifests, indexes and configs are read whole up to this size

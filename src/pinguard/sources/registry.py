@@ -22,7 +22,6 @@ import requests
 import urllib3
 
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
-from pinguard.models import Platform
 from pinguard.sources import manifest as mf
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
@@ -36,7 +35,7 @@ from pinguard.sources.registry_http import (
     attempts,
     transport_reason,
 )
-from pinguard.target import host_platform, platform_matches
+from pinguard.target import Platform, host_platform, platform_matches
 
 log = logging.getLogger(__name__)
 
