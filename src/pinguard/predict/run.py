@@ -512,6 +512,8 @@ def _target(
             continue
         if any(a == option or a.startswith(option + "=") for a in args):
             raise Unpredictable(f"{tool} {option} installs outside the environments modelled")
+    if tool == "pip" and any(w == "--python" or w.startswith("--python=") for w in words):
+        raise Unpredictable("pip --python runs the install for another interpreter (not modelled)")
     if tool == "pip":
         interp, why = find_interpreter(words[0], work.snapshot, work.venvs, environ, work.cwd)
     else:
