@@ -202,7 +202,9 @@ def _analyze_one(
     label: str = "",
 ) -> LayerAnalysis | str:
     """One layer in a worker process; the worker also writes the cache entry, so the
-    serialisation runs on both cores instead of after the pool. Bytes read are reported
+    serialisation runs on both cores instead of after the pool, and parses what the states
+    will need of the layer's captured files (``Analyzers.prepare``: RECORD rows), so the
+    parent replaying the states does not. Bytes read are reported
     through the pool's queue as they flow, when the parent asked for progress. Stopped by
     the parent (SIGTERM), it unwinds and exits at once: the pool is being torn down.
     ``lazy``: read from the layer's zstd:chunked TOC, or return why it cannot be."""
@@ -216,6 +218,7 @@ def _analyze_one(
                 return str(exc)
             if cache is not None:
                 cache.put(analysis)
+            analyzers.prepare(analysis)
             return analysis
         stream = source.open_blob(layer)
         try:
@@ -232,6 +235,7 @@ def _analyze_one(
         stream.close()
         if cache is not None:
             cache.put(analysis)
+        analyzers.prepare(analysis)  # parsed here, on this core, not by the parent
         return analysis
     except _Stopped:
         os._exit(128 + signal.SIGTERM)

@@ -10,8 +10,10 @@ layer's links replace whatever was at their paths, and then its files are added.
 member lands where its directory resolves through the links kept so far, inside the root
 (``pinguard.layers.links``), as containerd applies a layer, so a state's paths are real
 paths. ``State`` keeps the merged files, file digests (when RECORDs are
-verified) and analyzers' streamed results, and hands the paths each layer touched to the
-catalog, so only changed metadata is parsed again.
+verified), analyzers' streamed results and what their ``prepare`` parsed in the worker that
+read a layer (kept for files that landed where the layer stored them), and hands the paths
+each layer touched to the catalog, so only changed metadata is parsed again, and mostly not
+here.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class State(StateView):
         # opaque marker of the last layer applied whose directory is a lower layer's link
         # (runtimes disagree there: docs/reliability.md)
         self.opaque_through_links: list[tuple[str, str]] = []
+        # {analyzer: {landed path: what the worker's ``prepare`` made of that file}}
+        self._prepared: dict[str, dict[str, object]] = {}
         self.catalog = (analyzers or Analyzers.for_options(AnalyzerOptions())).catalog()
 
     @property
@@ -101,6 +105,9 @@ class State(StateView):
     @property
     def links(self) -> dict[str, str]:
         return self._links.items
+
+    def prepared(self, analyzer: str) -> dict[str, object]:
+        return self._prepared.get(analyzer, {})
 
     def file_digests(self, snapshot: Snapshot) -> dict[str, str]:
         """The file digests, each also under every RECORD path of ``snapshot`` that reaches
@@ -193,6 +200,11 @@ class State(StateView):
             touched.append(path)
         for stored, digest in layer.hashes.items():
             self._hashes.add(self._landing(stored, memo), digest)
+        for name, values in layer.prepared.items():
+            kept = self._prepared.setdefault(name, {})
+            for stored, value in values.items():
+                if self._landing(stored, memo) == stored:  # landed through no link: the
+                    kept[stored] = value  # value was made for this path (else parsed here)
         for stored, results in layer.streamed.items():
             if not isinstance(results, Mapping):
                 raise TypeError(f"streamed result for {stored!r} is not keyed by analyzer")

@@ -6,7 +6,8 @@ stored and returns None for anything else, so an entry cut short, altered after 
 written (even into valid JSON) or written by another format is a miss, never a wrong answer.
 ``EntryDir`` keeps sealed entries of one kind in a directory as ``<kind>-<key>.json``, each
 carrying its own key (an entry copied under another name is a miss too), written atomically
-(``pinguard.fileio.atomic_write``) so two runs sharing a directory never see half an entry.
+and a piece at a time (``write_sealed``: the same bytes, without the whole text in memory),
+so two runs sharing a directory never see half an entry.
 ``default_cache_dir`` is where the local cache lives when no ``--cache-dir`` is given.
 """
 
@@ -14,11 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pinguard.fileio import atomic_write
+from pinguard.errors import OutputError
 
 _SEALED = re.compile(rb'\{"content":"(sha256:[0-9a-f]{64})"[,}]')
 
@@ -78,6 +83,70 @@ class EntryDir:
         return data
 
     def put(self, key: str, data: dict[str, Any]) -> None:
-        """Store ``data`` (JSON-ready) under ``key``."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path(key), seal({**data, "key": key}))
+        """Store ``data`` (JSON-ready) under ``key``: the bytes ``seal`` gives, written a
+        piece at a time (``write_sealed``)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            where = str(self.directory)
+            raise OutputError(f"cannot write {where!r}: {exc.strerror or exc}") from exc
+        write_sealed(self.path(key), {**data, "key": key})
+
+
+def _pieces(value: Any, depth: int) -> Iterator[str]:
+    """The canonical JSON of ``value`` (as ``seal`` writes it) in pieces: the objects and
+    arrays of its first ``depth`` levels are taken apart, everything below is one piece."""
+    if depth and isinstance(value, dict) and all(type(k) is str for k in value):
+        yield "{"
+        for i, name in enumerate(sorted(value)):
+            yield f"{',' if i else ''}{json.dumps(name)}:"
+            yield from _pieces(value[name], depth - 1)
+        yield "}"
+    elif depth and isinstance(value, list):
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ","
+            yield from _pieces(item, depth - 1)
+        yield "]"
+    else:
+        yield json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def write_sealed(path: Path, data: dict[str, Any]) -> None:
+    """Write ``seal(data)`` to ``path`` atomically without holding it in memory: the
+    canonical JSON is encoded a piece at a time (``_pieces``) into a temporary file while its
+    digest is taken, then the header and that body are copied into the entry's own temporary
+    file, which replaces ``path``. A replay entry of tens of MB then costs no more memory than
+    its largest piece, and is encoded once."""
+    try:
+        _write_sealed(path, data)
+    except OSError as exc:
+        raise OutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+
+
+def _write_sealed(path: Path, data: dict[str, Any]) -> None:
+    directory = path.parent
+    h = hashlib.sha256()
+    with tempfile.TemporaryFile(dir=directory) as body:
+        size = 0
+        for piece in _pieces(data, 3):
+            chunk = piece.encode("utf-8")
+            h.update(chunk)
+            body.write(chunk)
+            size += len(chunk)
+        body.seek(1)  # past the body's "{": the header takes its place
+        head = f'{{"content":"sha256:{h.hexdigest()}"' + ("}" if size == 2 else ",")
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(head.encode("ascii"))
+                if size > 2:
+                    shutil.copyfileobj(body, out, 1 << 20)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -50,6 +50,13 @@ class StateView(abc.ABC):
     def links(self) -> Mapping[str, str]:
         """Symlinks and hard links an analyzer flagged LINK: path -> target as stored."""
 
+    def prepared(self, analyzer: str) -> Mapping[str, object]:
+        """What ``analyzer``'s ``prepare`` made of the captured files, by path (for files that
+        landed where their layer stored them); possibly of a file a later layer replaced, so a
+        session checks that a value still describes the file it finds (the same bytes object).
+        None here (the default): every file is parsed again."""
+        return {}
+
 
 @dataclass(slots=True)
 class SnapshotParts:
@@ -102,6 +109,12 @@ class Analyzer(abc.ABC):
         consumer; ``digest`` is the content's, vouched for by the layer's table of contents.
         None (the default): the member is read whole and streamed."""
         return None
+
+    def prepare(self, files: Mapping[str, bytes]) -> dict[str, object]:
+        """Parse, in the worker process that read a layer, what a state will need of the
+        files this layer captured, by path (picklable values); the session finds them in
+        ``StateView.prepared``. The default prepares nothing."""
+        return {}
 
     @abc.abstractmethod
     def session(self) -> AnalyzerSession:

@@ -73,7 +73,7 @@ _PY_MARKER = re.compile(r"^(.*)/lib/python(3\.\d+)/os\.py$")
 _FINGERPRINT_SKIP = (".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json")
 
 
-def record_fingerprint(record: list[tuple[str, str]]) -> str:
+def record_fingerprint(record: Sequence[tuple[str, str]]) -> str:
     """A digest of sorted RECORD rows, bytecode and bookkeeping left out."""
     kept = [row for row in record if not row[0].endswith(_FINGERPRINT_SKIP)]
     text = "\n".join(map(",".join, kept))
@@ -382,6 +382,34 @@ def _requires_txt(text: str) -> list[str]:
     return out
 
 
+#: A metadata directory parsed where its layer was read: the files it was parsed from (each
+#: candidate path with the bytes the layer captured there, or None), and what
+#: ``parse_distribution`` made of them.
+PreparedDistribution = tuple[
+    tuple[tuple[str, bytes | None], ...], Distribution | None, tuple[Incomplete, ...]
+]
+
+
+def _candidates(meta: str) -> tuple[str, ...]:
+    """Every path ``parse_distribution`` may read for the metadata directory ``meta``."""
+    return (meta, *(f"{meta}/{name}" for name in _META_NAMES))
+
+
+def prepare_distributions(files: Mapping[str, bytes]) -> dict[str, object]:
+    """Every metadata directory among one layer's captured ``files``, parsed as
+    ``parse_distribution`` parses it where it lies (a ``PreparedDistribution`` by directory):
+    the worker process that read the layer does this, so replaying the states parses no
+    METADATA or RECORD of it again. The parse holds for a state whose files at the candidate
+    paths are these very bytes objects (``PythonSession`` checks)."""
+    metas = {meta for path in files if (meta := metadata_dir(path)) is not None}
+    out: dict[str, object] = {}
+    for meta in metas:
+        dist, problems = parse_distribution(meta, files)
+        sources = tuple((path, files.get(path)) for path in _candidates(meta))
+        out[meta] = (sources, dist, tuple(problems))
+    return out
+
+
 def parse_distribution(
     meta_dir: str, files: Mapping[str, bytes]
 ) -> tuple[Distribution | None, list[Incomplete]]:
@@ -512,6 +540,9 @@ class PythonAnalyzer(Analyzer):
             return HASH | LINK
         return LINK  # for a symlink or hard link; the walk ignores LINK on a regular file
 
+    def prepare(self, files: Mapping[str, bytes]) -> dict[str, object]:
+        return prepare_distributions(files)
+
     def session(self) -> PythonSession:
         return PythonSession()
 
@@ -566,11 +597,20 @@ class PythonSession(AnalyzerSession):
                 self._dists.pop(meta, None)
 
     def _parsed(
-        self, meta: str, seen: str, files: Mapping[str, bytes]
+        self,
+        meta: str,
+        seen: str,
+        files: Mapping[str, bytes],
+        prepared: Mapping[str, object],
     ) -> tuple[Distribution | None, tuple[Incomplete, ...]]:
         cached = self._dists[meta]
         hit = cached.get(seen)
         if hit is None:  # not parsed yet, or a link moved it to another environment path
+            made = prepared.get(meta) if seen == meta else None
+            if isinstance(made, tuple) and all(files.get(p) is b for p, b in made[0]):
+                cached.clear()
+                hit = cached[seen] = (made[1], made[2])  # the worker's parse of these files
+                return hit
             dist, problems = parse_distribution(seen, _seen_files(meta, seen, files))
             cached.clear()
             hit = cached[seen] = (dist, tuple(problems))
@@ -578,6 +618,7 @@ class PythonSession(AnalyzerSession):
 
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
         files, links = state.files, state.links
+        prepared = state.prepared(PythonAnalyzer.name)
         markers = python_markers(files)
         aliases = env_links(links)
         by_env: dict[str, list[Distribution]] = {}
@@ -585,7 +626,7 @@ class PythonSession(AnalyzerSession):
         for meta in sorted(self._dists):
             where = place(meta, aliases)
             if where.why == "record":
-                record, problems = self._parsed(meta, meta, files)
+                record, problems = self._parsed(meta, meta, files, prepared)
                 parts.incomplete.extend(problems)
                 if record is not None:
                     parts.packages.append(record_package(record))
@@ -594,7 +635,7 @@ class PythonSession(AnalyzerSession):
                 if where.why == "outside":
                     parts.incomplete.append(Incomplete(meta, OUTSIDE, final_only=True))
                 continue
-            dist, problems = self._parsed(meta, where.seen(meta), files)
+            dist, problems = self._parsed(meta, where.seen(meta), files, prepared)
             parts.incomplete.extend(problems)
             if dist is not None:
                 by_env.setdefault(where.env, []).append(dist)

@@ -22,6 +22,7 @@ from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
 from pinguard.catalog.native import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
+from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.cache import cache_key
 from pinguard.layers.tar import SKIP, STREAM, MemberStream, PartReader, Selector
 from pinguard.models import Snapshot
@@ -121,6 +122,14 @@ class Analyzers:
                     return None
                 readers[a.name] = reader
         return _PartsFanOut(readers) if readers else None
+
+    def prepare(self, analysis: LayerAnalysis) -> None:
+        """Each analyzer's ``prepare`` of the layer's captured files, kept on ``analysis``
+        (run where the layer was read, so the parent replaying states parses less)."""
+        for a in self.members:
+            made = a.prepare(analysis.files)
+            if made:
+                analysis.prepared[a.name] = made
 
     def versions(self) -> tuple[str, ...]:
         """``name=version`` of each analyzer, sorted (stated in shared cache entries)."""

@@ -95,6 +95,11 @@ class LayerAnalysis:
     # what was verified and fetched: the TOC checksum, bytes and requests, chunks and files
     # checked, digests taken from the TOC unread. ``diff_id`` is then "" (not proven).
     lazy: dict[str, object] | None = None
+    # {analyzer name: {path: what it parsed from that captured file}}, made in the worker
+    # process that read the layer (``Analyzer.prepare``), so the parent replaying the states
+    # need not parse it again; it travels with the analysis to the parent but is never
+    # cached (``to_json`` leaves it out: an entry read back is parsed where it is replayed)
+    prepared: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         files: dict[str, dict[str, str]] = {}
