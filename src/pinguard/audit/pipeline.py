@@ -81,6 +81,9 @@ class AuditOptions:
     # from its table of contents and only the chunks the analyzers need (the DiffID is then
     # not proven; docs/reliability.md), any other layer, or one that does not verify, full
     layer_read: str = "full"
+    # write the replay entry in a forked child while the caller judges and renders (the
+    # process waits for it before it exits: ``replay.wait_behind``); the CLI asks for it
+    write_behind: bool = False
 
     def analyzers(self) -> Analyzers:
         """The analyzers these options configure."""
@@ -763,7 +766,11 @@ def audit_source(
     if store is not None and encoder is not None:
         cache, key = store
         own = len(resolved.notes)  # the source's notes come first; the history's follow
-        cache.put(key, encoder.finish(result.incomplete, result.notes[own:], result.file_digests))
+        entry = encoder.finish(result.incomplete, result.notes[own:], result.file_digests)
+        if options.write_behind:
+            cache.put_behind(key, entry)  # off the critical path: written while we judge
+        else:
+            cache.put(key, entry)
     if cache_notes:  # about this run's shared cache: not part of the replayed audit
         result = replace(result, notes=(*result.notes, *cache_notes))
     return result

@@ -21,12 +21,15 @@ times that.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import enum
 import json
+import os
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Sequence
 from functools import cache
 from importlib import import_module
@@ -336,3 +339,44 @@ class ReplayCache:
     def put(self, key: str, encoded: dict[str, Any]) -> None:
         """Store a replay as ``encode`` or ``StepEncoder.finish`` gives it."""
         self._entries.put(key, encoded)
+
+    def put_behind(self, key: str, encoded: dict[str, Any]) -> None:
+        """``put``, in a forked child process: the caller goes on (judges, renders) while
+        the entry is encoded and written; ``wait_behind`` waits for it, and so does the
+        process before it exits. Where there is no fork, ``put`` here and now."""
+        fork = getattr(os, "fork", None)
+        if fork is None:
+            self.put(key, encoded)
+            return
+        with warnings.catch_warnings():
+            # 3.12 warns of fork beside live threads (a progress bar's): the child runs none
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = fork()
+        if pid == 0:  # the child: write, and leave without running the parent's exit code
+            code = 0
+            try:
+                self.put(key, encoded)
+            except BaseException:  # an entry not written is a miss, never a wrong answer
+                code = 1
+            os._exit(code)
+        if not _BEHIND:
+            atexit.register(wait_behind)
+        _BEHIND.append(pid)
+
+
+#: Children writing replay entries behind (``ReplayCache.put_behind``), not yet waited for.
+_BEHIND: list[int] = []
+
+
+def wait_behind() -> None:
+    """Wait for every replay entry being written behind. A Ctrl-C meanwhile does not cut
+    the wait short (the child, interrupted too, cleans up and exits at once)."""
+    while _BEHIND:
+        pid = _BEHIND[-1]
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        except KeyboardInterrupt:
+            continue
+        _BEHIND.pop()

@@ -18,6 +18,11 @@ from pinguard.cli.common import (
 from pinguard.errors import PinguardError
 
 if TYPE_CHECKING:
+    import datetime as _dt
+
+    from pinguard.cli import warm
+    from pinguard.models import AuditResult
+    from pinguard.policy.model import Policy
     from pinguard.report.options import RenderOptions
 
 #: The ``--format`` choices: the keys of ``report.formats.FORMATS`` (a test holds them
@@ -96,7 +101,23 @@ def run(args: argparse.Namespace) -> int:
         if opened is not None:
             opened[0].close()
         raise
-    result = judge(run_audit(args, args.reference, opened=opened), args, policy, today=today)
+    audited = run_audit(args, args.reference, opened=opened, write_behind=True)
+    try:
+        return _report(args, judge(audited, args, policy, today=today), policy, found, today)
+    finally:
+        from pinguard.audit.replay import wait_behind
+
+        wait_behind()  # the replay entry, written meanwhile by a child process
+
+
+def _report(
+    args: argparse.Namespace,
+    result: AuditResult,
+    policy: Policy,
+    found: warm.Lookup,
+    today: _dt.date,
+) -> int:
+    """Render and write the judged ``result``; keep it for the next warm audit."""
     options = render_options(args, policy.pinned_packages)
     if args.format == "table" and not args.output:
         from rich.console import Console

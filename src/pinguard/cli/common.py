@@ -385,14 +385,19 @@ def run_audit(
     reference: str,
     *,
     opened: tuple[ImageSource, ResolvedImage] | None = None,
+    write_behind: bool = False,
 ) -> AuditResult:
     """Audit ``reference`` as ``args`` ask, drawing progress bars on a terminal; ``opened``:
     the source of that reference, already opened and resolved (``cli/warm.py`` resolved it
-    to look its result up), which the audit goes on with and closes."""
+    to look its result up), which the audit goes on with and closes; ``write_behind``: the
+    replay entry is written by a child process while the caller goes on, and the caller
+    waits for it (``pinguard.audit.replay.wait_behind``) before it returns."""
+    import dataclasses
+
     from pinguard.audit.pipeline import audit_image, audit_source
 
     try:
-        options = audit_options(args)
+        options = dataclasses.replace(audit_options(args), write_behind=write_behind)
     except BaseException:
         if opened is not None:
             opened[0].close()
