@@ -131,9 +131,10 @@ def test_no_broker_listening_is_one_line_naming_it_exit_3_in_seconds(tmp_path: P
     results = tmp_path / "results"
     results.mkdir()
     secret = f"redis://:s3cret-broker-pw@127.0.0.1:{port}/0"
+    image = "docker://registry.example/team/app:1"  # read, never fetched: no broker to send it
     cases = [
-        (["fleet", "run", "demo.tar", "--broker", broker, "--results", "results"], {}, broker),
-        (["fleet", "run", "demo.tar", "--results", "results"], {BROKER_ENV: broker}, broker),
+        (["fleet", "run", image, "--broker", broker, "--results", "results"], {}, broker),
+        (["fleet", "run", image, "--results", "results"], {BROKER_ENV: broker}, broker),
         (["worker", "--broker", broker, "--results", "results"], {}, broker),
         (
             ["worker", "--broker", secret, "--results", "results"],

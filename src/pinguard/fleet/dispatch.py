@@ -2,7 +2,9 @@
 
 ``references_from`` gathers what to audit (the command line, a file of references, every
 tag of a registry repository but the referrers tags, ``is_referrers_tag``: attestations and
-signatures, never images), de-duplicated and sorted. ``enqueue`` sends one task per
+signatures, never images), each read here by the one reference resolver (``sendable``: bad
+syntax or a missing path fails before anything is enqueued, a local path is sent as its
+absolute path), de-duplicated and sorted. ``enqueue`` sends one task per
 reference, noting the name of the record it will write and that record file as it was
 before (``ResultStore.stamp``). ``wait`` collects the records: the result store holds the
 truth (workers write it whatever happens to the broker), so a record written since the task
@@ -18,6 +20,7 @@ reached), for the caller to report before it fails.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,15 +48,43 @@ def is_referrers_tag(tag: str) -> bool:
     return _REFERRERS_TAG.match(tag) is not None
 
 
+#: transports whose reference names a path on this machine, and whether ``:TAG`` may follow
+_PATH_TRANSPORTS = {"docker-archive": True, "oci-archive": True, "oci": True, "dir": False}
+
+
+def sendable(reference: str) -> str:
+    """``reference`` as a task carries it to a worker: read here by the one resolver every
+    command uses (``sources.resolve_reference``), so bad syntax (``InvalidReference``, exit
+    2) or a path that names nothing (``ImageNotFound``, exit 3) fails before anything is
+    enqueued; a local path, with or without its transport, becomes its transport and
+    absolute path (``oci-archive:/work/out/app.tar``), which a worker reads from the same
+    filesystem whatever its own directory. Other references are sent as given."""
+    from pinguard.sources import resolve_reference
+
+    ref = resolve_reference(reference)
+    if ref.transport not in _PATH_TRANSPORTS:
+        return reference
+    tagged = _PATH_TRANSPORTS[ref.transport]
+    path, sep, tail = ref.rest.partition(":") if tagged else (ref.rest, "", "")
+    absolute = os.path.abspath(path)
+    if ":" in absolute:
+        raise UsageError(
+            f"image reference {reference!r}: its absolute path {absolute!r} holds ':', which "
+            "a reference cannot carry to a worker"
+        )
+    return f"{ref.transport}:{absolute}{sep}{tail}"
+
+
 def references_from(
     references: Sequence[str],
     files: Sequence[Path] = (),
     repositories: Sequence[str] = (),
     insecure_registries: tuple[str, ...] = (),
 ) -> list[str]:
-    """The references to audit: given, listed in files (one a line, ``#`` comments), and
-    ``docker://HOST/REPO:TAG`` for every tag of each repository but its referrers tags."""
-    out = set(references)
+    """The references to audit: given, listed in files (one a line, ``#`` comments), each
+    as ``sendable`` makes it (so a bad one fails here), and ``docker://HOST/REPO:TAG`` for
+    every tag of each repository but its referrers tags."""
+    given = list(references)
     for path in files:
         try:
             text = path.read_text()
@@ -62,7 +93,8 @@ def references_from(
         for raw in text.splitlines():
             line = raw.split("#", 1)[0].strip()
             if line:
-                out.add(line)
+                given.append(line)
+    out = {sendable(ref) for ref in given}
     if repositories:
         from pinguard.sources.interface import SourceOptions
         from pinguard.sources.registry import RegistrySource
