@@ -9,7 +9,12 @@ broker that cannot be reached when ``run`` starts is exit 3 at once; one lost wh
 waits is ridden out until ``--timeout`` (the result store still read): the report then lists
 every image, done or pending, and ``run`` exits 3 when the broker is still gone.
 ``--attest`` with a verdict that judges nothing (``--fail-on never``, ``--policy none``) is
-refused before anything is enqueued (exit 2), as ``pinguard attest`` refuses it.
+refused before anything is enqueued (exit 2), as ``pinguard attest`` refuses it, and so is
+a reference the one resolver refuses (bad syntax exit 2, a path that names nothing exit 3);
+a local path is sent as its absolute path. ``receive`` takes the registry's push
+notifications (``fleet.webhook``): pushes of an image already queued or being audited are
+coalesced into that audit, and every push is answered within ``--answer-within`` seconds,
+503 when the broker did not take it (``fleet.intake``).
 """
 
 from __future__ import annotations
@@ -74,6 +79,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "event's target URL)",
     )
     w.add_argument("--broker", metavar="URL", help="redis://HOST:PORT/DB ($PINGUARD_BROKER_URL)")
+    w.add_argument(
+        "--answer-within",
+        type=_seconds,
+        default=3.0,
+        metavar="SECONDS",
+        help="answer 503 when the broker has not taken a push's tasks within this long "
+        "(default 3; keep it below the registry's notification timeout, 5s in the docs)",
+    )
     w.add_argument("--policy", action="append", default=[], metavar="FILE")
     w.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
     w.add_argument("--allow-incomplete", action="store_true")
@@ -83,6 +96,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = fsub.add_parser("report", help="report what the result store holds")
     _report_options(s)
     s.set_defaults(func=report)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
@@ -206,12 +229,12 @@ def report(args: argparse.Namespace) -> int:
 
 def receive(args: argparse.Namespace) -> int:
     from pinguard.errors import PinguardError, UsageError
-    from pinguard.fleet.broker import broker_url, check_broker, on_broker, require_extra
+    from pinguard.fleet.broker import broker_url, describe, probe, require_extra
 
     _check_attest(args)
     require_extra("pinguard fleet receive")
     from pinguard.fleet.app import make_app
-    from pinguard.fleet.dispatch import enqueue
+    from pinguard.fleet.intake import PushIntake
     from pinguard.fleet.webhook import Push, Receiver
 
     try:
@@ -230,33 +253,50 @@ def receive(args: argparse.Namespace) -> int:
     app = make_app(broker, enqueuer=True)
     options = _task_options(args)
 
-    def send(refs: Sequence[str]) -> None:
-        with on_broker(broker, args.broker):
-            enqueue(app, refs, options)
+    def say(line: str) -> None:  # one write per line: request threads print at once
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def notify(text: str) -> None:
+        say(f"warning: {text}")
+
+    intake = PushIntake(
+        app,
+        broker,
+        options,
+        given=args.broker,
+        answer_within=args.answer_within,
+        notify=notify,
+    )
 
     def report(push: Push) -> None:
         where = f"{push.repository}:{push.tag}@{push.digest}"
-        if push.reference is not None:
-            print(f"enqueued {push.reference} (pushed as {where})", file=sys.stderr, flush=True)
+        if push.reference is None:
+            say(f"ignored {where}: {push.ignored}")
+        elif push.coalesced:
+            say(
+                f"coalesced {push.reference} (pushed as {where}): an audit of it is already "
+                "queued or running"
+            )
         else:
-            print(f"ignored {where}: {push.ignored}", file=sys.stderr, flush=True)
+            say(f"enqueued {push.reference} (pushed as {where})")
 
     def failed(refs: Sequence[str], exc: Exception) -> None:
         why = str(exc) if isinstance(exc, PinguardError) else f"{type(exc).__name__}: {exc}"
-        print(
-            f"answered 503 (the registry retries): could not enqueue {len(refs)} audit(s): {why}",
-            file=sys.stderr,
-            flush=True,
-        )
+        say(f"answered 503 (the registry retries): could not enqueue {len(refs)} audit(s): {why}")
 
-    server = Receiver(host, int(port), token, args.registry, send, report, failed)
-    try:
-        check_broker(app, broker, args.broker)
-    except PinguardError as exc:  # it may come up later: pushes are answered 503 until then
-        print(f"warning: {exc}; pushes are answered 503 until it can", file=sys.stderr)
-    print(f"listening on {server.address}", file=sys.stderr, flush=True)
+    server = Receiver(host, int(port), token, args.registry, intake.submit, report, failed)
+    cause = probe(app)
+    if cause is not None:  # it may come up later: pushes are answered 503 until then
+        say(
+            f"warning: could not reach the broker {describe(broker, args.broker)}: {cause}; "
+            "pushes are answered 503 until it can"
+        )
+        intake.unreachable(cause)
+    say(f"listening on {server.address}")
     try:
         server.serve_forever()
     finally:
         server.httpd.server_close()
+        intake.close()
     return 0

@@ -3,16 +3,19 @@
 Runs ``celery worker`` on the ``pinguard`` queue of ``--broker`` in this process, with the
 fleet app's settings (late acks, prefetch 1, the visibility timeout); each task audits one
 reference with this worker's result store, shared layer cache, layer jobs, insecure
-registries and attestation key. Before Celery starts, what would fail every task or keep the
-worker from ever taking one is an error naming it: the ``fleet`` extra not installed (exit
-2), a shared ``--cache`` without the fleet's signing and trusted keys (2, unless
-``--cache-unsigned``: any host that can write to the cache could poison it), a bad key, a
-result store it cannot write to (2), a broker it cannot reach (3).
+registries and attestation key; a task that finishes while the broker is gone waits for it
+(``--broker-patience``) to store its state and acknowledge it. Before Celery starts, what
+would fail every task or keep the worker from ever taking one is an error naming it: the
+``fleet`` extra not installed (exit 2), a shared ``--cache`` without the fleet's signing
+and trusted keys (2, unless ``--cache-unsigned``: any host that can write to the cache could
+poison it), a bad key, a negative ``--broker-patience`` (2), a result store it cannot write
+to (2), a broker it cannot reach (3).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pinguard.cli.common import add_cache_options, cache_spec
@@ -40,6 +43,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: $PINGUARD_VISIBILITY_TIMEOUT or 21600)",
     )
     p.add_argument(
+        "--broker-patience",
+        type=float,
+        metavar="SECONDS",
+        help="how long a finished task waits for a lost broker to store its state and "
+        "acknowledge it, retrying with backoff (default: $PINGUARD_BROKER_PATIENCE or 300); "
+        "then it is left to be delivered again",
+    )
+    p.add_argument(
         "--attest-key",
         type=Path,
         metavar="KEY.pem",
@@ -59,12 +70,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pinguard.errors import UsageError
     from pinguard.fleet.broker import broker_url, check_broker, require_extra
 
     require_extra("pinguard worker")
     from pinguard.fleet.app import QUEUE, make_app
     from pinguard.fleet.records import ResultStore
-    from pinguard.fleet.task import WorkerSettings, configure, require_fleet_keys
+    from pinguard.fleet.task import (
+        WorkerSettings,
+        configure,
+        patience_from,
+        require_fleet_keys,
+    )
 
     if args.attest_key is not None:
         from pinguard.signing.keys import load_private_key
@@ -73,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
     cache = cache_spec(args)  # its key files are loaded here: a bad one fails now
     require_fleet_keys(cache, args.cache_unsigned)
     ResultStore(args.results).check_writable()  # as must the store every task writes to
+    patience = args.broker_patience
+    if patience is None:
+        patience = patience_from(os.environ)
+    elif not patience >= 0:
+        raise UsageError(f"--broker-patience {patience:g}: expected seconds, not below 0")
     configure(
         WorkerSettings(
             results=args.results,
@@ -80,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             jobs=max(1, args.jobs),
             insecure_registries=tuple(args.insecure_registry),
             attest_key=args.attest_key,
+            broker_patience=patience,
         )
     )
     broker = broker_url(args.broker)

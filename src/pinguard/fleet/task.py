@@ -39,6 +39,9 @@ CACHE_TRUST_ENV = "PINGUARD_CACHE_TRUST"  # os.pathsep-separated public keys
 CACHE_UNSIGNED_ENV = "PINGUARD_CACHE_UNSIGNED"  # 1: a shared cache without the fleet's keys
 ATTEST_KEY_ENV = "PINGUARD_ATTEST_KEY"
 JOBS_ENV = "PINGUARD_JOBS"
+PATIENCE_ENV = "PINGUARD_BROKER_PATIENCE"
+#: seconds a worker waits for a lost broker to store a finished task's state and ack it
+DEFAULT_PATIENCE = 300.0
 
 #: ``fail_on`` as a task gives it -> the threshold (``never``: None, nothing fails)
 FAIL_ON: dict[str, Severity | None] = {
@@ -89,6 +92,7 @@ class WorkerSettings:
     jobs: int = 1
     insecure_registries: tuple[str, ...] = ()
     attest_key: Path | None = None
+    broker_patience: float = DEFAULT_PATIENCE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -110,7 +114,22 @@ class WorkerSettings:
             cache=cache,
             jobs=int(env.get(JOBS_ENV, "1") or 1),
             attest_key=Path(attest) if attest else None,
+            broker_patience=patience_from(env),
         )
+
+
+def patience_from(env: Mapping[str, str]) -> float:
+    """``PINGUARD_BROKER_PATIENCE`` (seconds, not negative), else the default."""
+    text = env.get(PATIENCE_ENV) or ""
+    if not text:
+        return DEFAULT_PATIENCE
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ConfigError(f"{PATIENCE_ENV}={text!r}: expected seconds, a number not below 0")
+    return value
 
 
 _SETTINGS: WorkerSettings | None = None

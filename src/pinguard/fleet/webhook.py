@@ -9,10 +9,12 @@ constant time) and answers 401 otherwise. ``audits_for`` picks the events worth 
 use, so attaching a result never triggers another audit). Each becomes
 ``docker://REGISTRY/REPO@DIGEST``: exactly what was pushed, REGISTRY as configured or else
 the host of the event's ``target.url``. A body that is not an envelope is 400; when
-enqueuing fails (the broker is down) the answer is 503, and the registry retries the
-delivery (its ``threshold`` and ``backoff``). ``Receiver`` is the HTTP server (an address it
-cannot listen on is a ``UsageError``); what it did, and why an enqueue failed, are handed to
-callbacks, so only the CLI prints.
+enqueuing fails (the broker is down, or did not answer in time: ``intake.PushIntake``) the
+answer is 503, and the registry retries the delivery (its ``threshold`` and ``backoff``).
+The enqueue callback returns the references it coalesced into an audit already queued or
+running (``Push.coalesced``). ``Receiver`` is the HTTP server (an address it cannot listen on
+is a ``UsageError``); what it did, and why an enqueue failed, are handed to callbacks, so
+only the CLI prints.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import hmac
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,13 +45,15 @@ MAX_BODY = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Push:
-    """One event: an audit to enqueue (``reference`` set) or why it was ignored."""
+    """One event: an audit to enqueue (``reference`` set) or why it was ignored;
+    ``coalesced``: an audit of it was already queued or running, and nothing was sent."""
 
     repository: str
     tag: str
     digest: str
     reference: str | None = None
     ignored: str | None = None
+    coalesced: bool = False
 
 
 def _host(event: Mapping[str, Any], target: Mapping[str, Any]) -> str:
@@ -99,7 +103,8 @@ def _ignored(push: Push, why: str) -> Push:
     return Push(push.repository, push.tag, push.digest, ignored=why)
 
 
-Enqueue = Callable[[Sequence[str]], None]
+#: enqueue these references; return the ones coalesced into an audit queued or running
+Enqueue = Callable[[Sequence[str]], Collection[str]]
 Report = Callable[[Push], None]
 Failed = Callable[[Sequence[str], Exception], None]
 
@@ -188,15 +193,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         refs = sorted({p.reference for p in pushes if p.reference is not None})
         try:
-            if refs:
-                receiver.enqueue(refs)
+            coalesced = frozenset(receiver.enqueue(refs)) if refs else frozenset()
         except Exception as exc:  # any broker failure: 503, and the registry retries
             receiver.failed(refs, exc)
             self._reply(503, f"could not enqueue: {type(exc).__name__}")
             return
         for push in pushes:
-            receiver.report(push)
-        self._reply(200, f"enqueued {len(refs)}")
+            receiver.report(replace(push, coalesced=push.reference in coalesced))
+        self._reply(200, f"enqueued {len(refs) - len(coalesced)}, coalesced {len(coalesced)}")
 
     def do_GET(self) -> None:
         self._reply(405, "POST notifications here")
