@@ -31,10 +31,18 @@ V = TypeVar("V")
 
 
 def _ancestors(path: str) -> Iterable[str]:
-    parent = posixpath.dirname(path)
-    while parent not in {"/", ""}:
-        yield parent
-        parent = posixpath.dirname(parent)
+    """The directories above ``path``, nearest first, ``/`` left out (``posixpath.dirname``
+    repeated; a normalised path, as every kept path is, is cut at its slashes directly)."""
+    if "//" in path or path.endswith("/"):
+        parent = posixpath.dirname(path)
+        while parent not in {"/", ""}:
+            yield parent
+            parent = posixpath.dirname(parent)
+        return
+    cut = path.rfind("/")
+    while cut > 0:
+        yield path[:cut]
+        cut = path.rfind("/", 0, cut)
 
 
 class _Tree(Generic[V]):
