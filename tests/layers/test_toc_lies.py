@@ -27,7 +27,7 @@ import base64
 import gzip
 import hashlib
 import json
-import os
+import random
 import re
 import struct
 import subprocess
@@ -82,9 +82,15 @@ def _dist(name: str, version: str, files: dict[str, bytes], requires: str = "") 
 def _layout(path: Path) -> str:
     """The honest image as an OCI layout with gzip layers; its reference."""
     base = {
-        # data.bin: random, so skopeo stores it in several chunks
+        # data.bin: 2 MiB of seeded random bytes, so skopeo's rolling checksum cuts it into
+        # several chunks, the same ones every run (256 KiB of os.urandom was sometimes one)
         **_dist(
-            "foo", "2.0", {"foo/__init__.py": b"x = 2\n" * 50, "foo/data.bin": os.urandom(1 << 18)}
+            "foo",
+            "2.0",
+            {
+                "foo/__init__.py": b"x = 2\n" * 50,
+                "foo/data.bin": random.Random(0).randbytes(1 << 21),
+            },
         ),
         **_dist("bar", "1.0", {"bar/__init__.py": b"y = 1\n" * 40}, "Requires-Dist: foo>=2\n"),
     }
