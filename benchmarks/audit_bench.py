@@ -22,7 +22,12 @@ and every figure is printed beside the floor and beside the baseline as ratios;
 registry, beside them. ``--image torch`` measures the real torch 2.14.1 CUDA 13 image with its
 nvidia-* wheels instead (``tests/infra/torchimage.py``, pushed from containers-storage once).
 It prints a small table and is not a test; ``--smoke`` runs the same steps on a few MB in well
-under a minute (``tests/test_benchmark_smoke.py`` runs it once, with a margin).
+under a minute (``tests/test_benchmark_smoke.py`` runs it once, with a margin). Issue 29's
+rows follow the table: cold against the proof floor and warm against the start-up floor (both
+beside the last release), and on request the cold audit pinned to 2, 4, 8 and 16 cores
+(``--cores``), ``podman pull`` from the same registry (``--podman``), the lazy read of the
+image pushed as zstd:chunked (``--lazy``); ``--layout`` measures an ``oci:`` layout with no
+registry (a machine without one).
 """
 
 from __future__ import annotations
@@ -57,6 +62,11 @@ TARGET_COLD = 1.15  # cold audit / floor
 TARGET_WARM = 0.03  # warm audit / floor
 TARGET_RSS = 300 << 20  # peak RSS of the largest process
 TARGET_SYFT = 10.0  # syft / cold audit
+# issue 29's targets
+TARGET_COLD_PROOF = 1.15  # cold audit / proof floor, 2 cores
+TARGET_COLD_PROOF_16 = 1.3  # cold audit / proof floor, 16 cores
+TARGET_WARM_START = 1.5  # warm audit / start-up floor
+TARGET_LAZY = 10.0  # the lazy audit this many times under its floor
 GEN_VERSION = 2  # bump when the generated content changes
 SITE = "usr/local/lib/python3.12/site-packages"
 MTIME = 1764374400
@@ -592,15 +602,14 @@ def push(image: Image, address: str, log: Any) -> None:
 
 def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
     """Fetch one blob and inflate it, discarding the bytes; return the inflated size (also
-    ``fleet_bench.py``'s floor).
+    ``fleet_bench.py``'s floor). ``url`` is an HTTP URL (a registry) or ``file://`` (a blob
+    of an OCI layout on disk, read as ``oci:`` reads it).
 
     With ``prove`` it is what a verifying pull does, in the threads pinguard uses: one
     fetches the blob and hashes it with SHA-256 (checked against the digest in ``url``),
     this one inflates, and one hashes the tar (the diff_id), so the three overlap."""
     url, media_type, inflate, prove = args
     import queue
-
-    import requests
 
     out = 0
     cpu = time.process_time()
@@ -616,12 +625,24 @@ def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
     hasher = threading.Thread(target=hash_all, daemon=True)
     if prove:
         hasher.start()
-    with requests.get(url, stream=True, timeout=60) as resp:
-        resp.raise_for_status()
+    with contextlib.ExitStack() as stack:
+        if url.startswith("file://"):
+            fh = stack.enter_context(open(url[len("file://") :], "rb"))
+
+            def read(n: int) -> bytes:
+                return fh.read(n)
+        else:
+            import requests
+
+            resp = stack.enter_context(requests.get(url, stream=True, timeout=60))
+            resp.raise_for_status()
+
+            def read(n: int) -> bytes:
+                return bytes(resp.raw.read(n, decode_content=False))
 
         def fetch_all() -> None:
             try:
-                while chunk := resp.raw.read(1 << 20, decode_content=False):
+                while chunk := read(1 << 20):
                     blob_digest.update(chunk)
                     fetched.put(chunk)
                 fetched.put(None)
@@ -630,7 +651,7 @@ def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
 
         def chunks() -> Iterator[bytes]:
             if not prove:
-                while chunk := resp.raw.read(1 << 20, decode_content=False):
+                while chunk := read(1 << 20):
                     yield chunk
                 return
             fetcher = threading.Thread(target=fetch_all, daemon=True)
@@ -663,26 +684,42 @@ def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
         handoff.put(None)
         hasher.join()
         got = "sha256:" + blob_digest.hexdigest()
-        if got != url.rsplit("/", 1)[1]:
+        name = url.rsplit("/", 1)[1]  # blobs/sha256:<hex> (HTTP), blobs/sha256/<hex> (a file)
+        if got != (name if ":" in name else f"sha256:{name}"):
             raise RuntimeError(f"proof floor: blob {url} hashes to {got}")
     return out, time.process_time() - cpu
 
 
+def _blob_url(image: Image, address: str | None, digest: str) -> str:
+    """Where the floor reads a blob: the registry's URL, or (no registry) the layout's file."""
+    if address is None:
+        assert image.layout is not None
+        return f"file://{image.layout}/blobs/sha256/{digest.split(':', 1)[1]}"
+    return f"http://{address}/v2/{image.repo}/blobs/{digest}"
+
+
+def _pin(cpus: Sequence[int] | None) -> None:
+    """Pool initializer: run on ``cpus`` only (None: wherever the parent may)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
 def floor(
-    image: Image, address: str, jobs: int, inflate: bool = True, prove: bool = False
+    image: Image,
+    address: str | None,
+    jobs: int,
+    inflate: bool = True,
+    prove: bool = False,
+    cpus: Sequence[int] | None = None,
 ) -> tuple[float, float]:
-    """Wall time to fetch (and inflate, and with ``prove`` hash the tar) every layer, ``jobs``
-    processes."""
+    """Wall time to fetch (and inflate, and with ``prove`` hash the blob and the tar) every
+    layer, ``jobs`` processes (on ``cpus`` only, when given); ``address`` None: read the blobs
+    from the OCI layout's files."""
     work = [
-        (
-            f"http://{address}/v2/{image.repo}/blobs/{layer['digest']}",
-            layer["media_type"],
-            inflate,
-            prove,
-        )
+        (_blob_url(image, address, layer["digest"]), layer["media_type"], inflate, prove)
         for layer in image.layers
     ]
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    with multiprocessing.get_context("fork").Pool(jobs, _pin, (cpus,)) as pool:
         pool.map(_floor_one, work[:1])  # warm the workers up (imports)
         started = time.perf_counter()
         results = pool.map(_floor_one, work, chunksize=1)
@@ -731,9 +768,19 @@ def _pythonpath(src: Path) -> dict[str, str]:
 
 
 def run_audit(
-    ref: str, cache_dir: Path, report: Path, extra: Sequence[str] = (), src: Path = ROOT / "src"
+    ref: str,
+    cache_dir: Path,
+    report: Path,
+    extra: Sequence[str] = (),
+    src: Path = ROOT / "src",
+    cpus: Sequence[int] | None = None,
 ) -> Run:
+    """``pinguard audit REF --format json`` with ``src``'s code; with ``cpus``, pinned to
+    those CPUs (``taskset``) with one layer worker per CPU (``--jobs``)."""
+    pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus is not None else []
+    jobs = ["--jobs", str(len(cpus))] if cpus is not None else []
     cmd = [
+        *pin,
         sys.executable,
         "-m",
         "pinguard",
@@ -744,6 +791,7 @@ def run_audit(
         "--cache-dir",
         str(cache_dir),
         "--allow-incomplete",
+        *jobs,
         *extra,
     ]
     # measure this checkout's code (or the baseline's), whatever copy the venv holds
@@ -776,12 +824,30 @@ requests.get(f"{base}/v2/{repo}/blobs/{config}", timeout=30).raise_for_status()
 """
 
 
+_START_FLOOR_LAYOUT = """
+import json, sys
+from pathlib import Path
+root, tag = Path(sys.argv[1]), sys.argv[2]
+index = json.loads((root / "index.json").read_bytes())
+blob = lambda d: (root / "blobs" / d.replace(":", "/", 1)).read_bytes()
+desc = next(m for m in index["manifests"]
+            if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag)
+manifest = json.loads(blob(desc["digest"]))
+json.loads(blob(manifest["config"]["digest"]))
+"""
+
+
 def start_floor(ref: str, report: Path) -> Run:
     """The least a warm audit spends: Python starts, imports ``requests`` (the project's HTTP
-    library) and fetches the manifest and the config; the best of ``WARM_REPEAT``."""
-    name, tag = ref.removeprefix("docker://").rsplit(":", 1)
-    address, repo = name.split("/", 1)
-    cmd = [sys.executable, "-c", _START_FLOOR, f"http://{address}", repo, tag]
+    library) and fetches the manifest and the config (``oci:DIR:TAG``: reads the index, the
+    manifest and the config from the layout); the best of ``WARM_REPEAT``."""
+    if ref.startswith("oci:"):
+        layout, tag = ref.removeprefix("oci:").rsplit(":", 1)
+        cmd = [sys.executable, "-c", _START_FLOOR_LAYOUT, layout, tag]
+    else:
+        name, tag = ref.removeprefix("docker://").rsplit(":", 1)
+        address, repo = name.split("/", 1)
+        cmd = [sys.executable, "-c", _START_FLOOR, f"http://{address}", repo, tag]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     runs = [run_timed(cmd, report, env) for _ in range(WARM_REPEAT)]
     return min(runs, key=lambda run: run.cpu)
@@ -823,10 +889,13 @@ def run_timed(
             f"{err.decode(errors='replace')[-2000:]}"
         )
     max_rss = usage.ru_maxrss * 1024
+    # CPU from wait4: the command and every process it waited for (the audit's workers), to
+    # the microsecond (time(1) prints hundredths, too coarse beside a 0.15 s warm audit); the
+    # timer's own share is a few hundred microseconds
     cpu = usage.ru_utime + usage.ru_stime
     if timer:
-        rss_k, user, system = rss_file.read_text().split()[-3:]
-        max_rss, cpu = int(rss_k) * 1024, float(user) + float(system)
+        rss_k = rss_file.read_text().split()[-3]
+        max_rss = int(rss_k) * 1024
     return Run(elapsed, max_rss, peak[0], proc.returncode, cpu)
 
 
@@ -1040,6 +1109,140 @@ def print_stages(st: dict[str, Any]) -> None:
         print(f"  {name:<26}{cpu:>8.2f} cpu s{cpu / base:>7.2f}x")
 
 
+# --- scaling, a verifying pull, a lazy read ----------------------------------------------------
+
+
+def core_sweep(
+    image: Image,
+    address: str | None,
+    ref: str,
+    cores: Sequence[int],
+    run_dir: Path,
+    base: tuple[str, Path] | None,
+    log: Any,
+) -> list[dict[str, Any]]:
+    """For each count of ``cores`` this machine has: the floor and the proof floor with one
+    process per core, and the cold audit (this checkout, then the last release's) pinned to
+    those cores with ``taskset`` and one layer worker per core (``--jobs``)."""
+    available = sorted(os.sched_getaffinity(0))
+    rows: list[dict[str, Any]] = []
+    for n in cores:
+        if n > len(available):
+            log(f"{n} cores: only {len(available)} here, skipped")
+            continue
+        cpus = available[:n]
+        log(f"{n} cores ({cpus[0]}-{cpus[-1]}): floors, cold audits ...")
+        floor_s, floor_cpu = floor(image, address, n, cpus=cpus)
+        proof_s, proof_cpu = floor(image, address, n, prove=True, cpus=cpus)
+        cold = run_audit(ref, run_dir / f"cores{n}", run_dir / f"cores{n}.json", cpus=cpus)
+        row: dict[str, Any] = {
+            "cores": n,
+            "floor_s": floor_s,
+            "floor_cpu": floor_cpu,
+            "proof_s": proof_s,
+            "proof_cpu": proof_cpu,
+            "cold": asdict(cold),
+        }
+        if base is not None:
+            last = run_audit(
+                ref,
+                run_dir / f"cores{n}-last",
+                run_dir / f"cores{n}-last.json",
+                src=base[1],
+                cpus=cpus,
+            )
+            row["last_cold"] = asdict(last)
+            row["same_report"] = (run_dir / f"cores{n}.json").read_bytes() == (
+                run_dir / f"cores{n}-last.json"
+            ).read_bytes()
+        for cache in run_dir.glob(f"cores{n}*"):
+            if cache.is_dir():
+                shutil.rmtree(cache)
+        rows.append(row)
+    return rows
+
+
+def print_sweep(rows: Sequence[dict[str, Any]]) -> None:
+    """One row per core count: floors, the cold audit and the last release's, ratios."""
+    print("scaling (taskset, one process or layer worker per core; x proof = / proof floor):")
+    print(
+        f"{'cores':>5}{'floor s':>9}{'proof s':>9}{'cold s':>9}{'cpu s':>8}{'x proof':>9}"
+        f"{'last s':>9}{'last cpu':>9}{'last xpr':>9}{'x last':>8}{'same':>6}"
+    )
+    for r in rows:
+        cold, last = r["cold"], r.get("last_cold")
+        if last:
+            last_s, last_cpu = f"{last['seconds']:.2f}", f"{last['cpu']:.2f}"
+            last_x = f"{last['seconds'] / r['proof_s']:.2f}"
+            x_last = f"{cold['seconds'] / last['seconds']:.2f}"
+            same = "yes" if r.get("same_report") else "NO"
+        else:
+            last_s = last_cpu = last_x = x_last = same = "-"
+        print(
+            f"{r['cores']:>5}{r['floor_s']:>9.2f}{r['proof_s']:>9.2f}{cold['seconds']:>9.2f}"
+            f"{cold['cpu']:>8.2f}{cold['seconds'] / r['proof_s']:>9.2f}"
+            f"{last_s:>9}{last_cpu:>9}{last_x:>9}{x_last:>8}{same:>6}"
+        )
+    print(
+        f"cold/proof floor targets: <= {TARGET_COLD_PROOF:.2f} at 2 cores, "
+        f"<= {TARGET_COLD_PROOF_16:.2f} at 16"
+    )
+
+
+def podman_pull(ref: str, run_dir: Path) -> Run | None:
+    """``podman pull`` of the same image from the same registry into fresh storage (the vfs
+    driver: overlay is not always there), the least a verifying pull that writes the files
+    spends; None without podman."""
+    podman = shutil.which("podman")
+    if podman is None:
+        return None
+    root = run_dir / "podman"
+    cmd = [
+        podman,
+        "--root",
+        str(root / "storage"),
+        "--runroot",
+        str(root / "run"),
+        "--storage-driver",
+        "vfs",
+        "pull",
+        "--quiet",
+        "--tls-verify=false",
+        ref,
+    ]
+    try:
+        return run_timed(cmd, run_dir / "podman.out", dict(os.environ))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def lazy_read(
+    image: Image, address: str, run_dir: Path, jobs: int, log: Any
+) -> dict[str, Any] | None:
+    """The same image pushed as zstd:chunked (``lazy_bench.py``'s push): its floor (fetch and
+    inflate every zstd layer), the lazy audit and the share of the bytes it fetched."""
+    if image.layout is None:
+        return None
+    import lazy_bench
+
+    tag = f"{image.tag}-chunked"
+    manifest = lazy_bench.push_chunked(f"oci:{image.layout}:{image.tag}", address, tag, log)
+    ref = f"docker://{address}/{lazy_bench.REPO}:{tag}"
+    stored = sum(int(layer["size"]) for layer in manifest["layers"])
+    floor_s, floor_cpu = lazy_bench.floor(address, manifest, jobs)
+    lazy = run_audit(ref, run_dir / "lazy-cache", run_dir / "lazy.json", ["--layer-read", "lazy"])
+    reads = json.loads((run_dir / "lazy.json").read_text()).get("layer_reads", [])
+    return {
+        "floor_s": floor_s,
+        "floor_cpu": floor_cpu,
+        "lazy": asdict(lazy),
+        "stored": stored,
+        "fetched": sum(int(r.get("fetched", 0)) for r in reads),
+        "lazy_layers": sum(r.get("mode") == "lazy" for r in reads),
+        "layers": len(reads),
+    }
+
+
 # --- the last release -------------------------------------------------------------------------
 
 
@@ -1118,6 +1321,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--no-baseline", action="store_true", help="measure this checkout only")
     p.add_argument(
+        "--baseline-src",
+        type=Path,
+        metavar="DIR",
+        help="the last release's src/ already extracted (a copy without git history); "
+        "its name is read from DIR/../REV when that file exists",
+    )
+    p.add_argument(
         "--image",
         choices=["synthetic", "torch"],
         default="synthetic",
@@ -1138,6 +1348,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stages",
         action="store_true",
         help="also measure where the largest layer's CPU goes, stage by stage",
+    )
+    p.add_argument(
+        "--layout",
+        action="store_true",
+        help="no registry: audit the generated image as oci:DIR:TAG and read the floors' blobs "
+        "from its files (a machine without docker-registry and skopeo; no syft, podman or lazy)",
+    )
+    p.add_argument(
+        "--cores",
+        default="",
+        metavar="N,N,...",
+        help="also measure the floors and the cold audits (this checkout and the last "
+        "release) pinned to each count of cores with taskset, e.g. 2,4,8,16",
+    )
+    p.add_argument(
+        "--podman",
+        action="store_true",
+        help="also time `podman pull` of the image from the same registry into fresh storage",
+    )
+    p.add_argument(
+        "--lazy",
+        action="store_true",
+        help="also push the image as zstd:chunked and time the lazy audit against its floor",
     )
     p.add_argument(
         "--table",
@@ -1165,16 +1398,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.workdir = cache / "pinguard-bench"
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
-    syft = find_syft(args.syft)
+    syft = find_syft(args.syft) if not args.layout else None
+    cores = [int(n) for n in args.cores.split(",") if n.strip()]
     total = int(args.size_gb * 1e9)
     base: tuple[str, Path] | None = None
-    if not args.no_baseline:
+    if args.baseline_src is not None:
+        rev_file = args.baseline_src.parent / "REV"
+        rev = rev_file.read_text().strip()[:10] if rev_file.exists() else str(args.baseline_src)
+        base = (rev, args.baseline_src.resolve())
+    elif not args.no_baseline:
         base = baseline_src(workdir, args.baseline)
-    registry = _registry(workdir)
+    registry = _registry(workdir) if not args.layout else None
+    address = registry.address if registry is not None else None
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
     figures: dict[str, Any] = {}
     try:
         if args.image == "torch":
+            assert registry is not None, "--image torch is pushed to a registry"
             image = torch_image(registry.address, log)
         else:
             image = build_image(
@@ -1189,14 +1429,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log=log,
                 graph=args.graph,
             )
-            push(image, registry.address, log)
-        ref = f"docker://{registry.address}/{image.repo}:{image.tag}"
+            if registry is not None:
+                push(image, registry.address, log)
+        if address is None:
+            ref = f"oci:{image.layout}:{image.tag}"
+        else:
+            ref = f"docker://{address}/{image.repo}:{image.tag}"
         log("fetch only (also primes the page cache) ...")
-        fetch, fetch_cpu = floor(image, registry.address, args.jobs, inflate=False)
+        fetch, fetch_cpu = floor(image, address, args.jobs, inflate=False)
         log("floor: fetch + inflate ...")
-        floor_s, floor_cpu = floor(image, registry.address, args.jobs)
+        floor_s, floor_cpu = floor(image, address, args.jobs)
         log("proof floor: fetch + the blob's sha256 + inflate + the tar's sha256 ...")
-        proof_s, proof_cpu = floor(image, registry.address, args.jobs, prove=True)
+        proof_s, proof_cpu = floor(image, address, args.jobs, prove=True)
         log("layers only (load_layers, empty cache) ...")
         layers_s, layers_cpu = layers_only(ref, run_dir / "cache-layers")
         log("cold audit ...")
@@ -1212,9 +1456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log("stages of the largest layer ...")
             stage_cpu = stages(ref)
         syft_run: dict[str, Any] | None = None
-        if syft is not None:
+        if syft is not None and address is not None:
             log("syft --scope all-layers ...")
-            s_run, s_packages = run_syft(syft, registry.address, image, run_dir / "syft.json")
+            s_run, s_packages = run_syft(syft, address, image, run_dir / "syft.json")
             syft_run = {**asdict(s_run), "packages": s_packages}
         verify: Run | None = None
         if not args.no_verify_records:
@@ -1246,6 +1490,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "warm": asdict(b_warm),
                 "verify_records": asdict(b_verify) if b_verify else None,
             }
+        sweep = core_sweep(image, address, ref, cores, run_dir, base, log) if cores else None
+        pulled = None
+        if args.podman and address is not None:
+            log("podman pull into fresh storage ...")
+            pulled = podman_pull(ref, run_dir)
+        lazy = None
+        if args.lazy and address is not None:
+            log("the image as zstd:chunked, the lazy audit ...")
+            lazy = lazy_read(image, address, run_dir, args.jobs, log)
         report = json.loads((run_dir / "cold.json").read_text())
         packages = sum(len(e.get("packages", [])) for e in report.get("environments", []))
         members, _ = _cached_layers(run_dir / "cache-cold")
@@ -1278,15 +1531,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "syft": syft_run,
             "stages": stage_cpu,
             "last": last,
+            "sweep": sweep,
+            "podman": asdict(pulled) if pulled is not None else None,
+            "lazy": lazy,
         }
     finally:
-        if args.keep:
+        if args.keep and registry is not None:
             log(
                 f"registry left running at {registry.address} "
                 f"(pid {registry.process.pid}); runs in {run_dir}"
             )
         else:
-            registry.stop()
+            if registry is not None:
+                registry.stop()
             shutil.rmtree(run_dir, ignore_errors=True)
             if temp is not None:
                 temp.cleanup()
@@ -1298,6 +1555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _gate(figures: dict[str, Any], max_ratio: float | None) -> int:
     """Print the table; 1 when a figure is past ``max_ratio`` times the last release's."""
     over = print_table(figures, max_ratio)
+    print_extras(figures)
     if figures.get("stages"):
         print_stages(figures["stages"])
     if over:
@@ -1306,6 +1564,49 @@ def _gate(figures: dict[str, Any], max_ratio: float | None) -> int:
         print(fail, file=sys.stderr)
         return 1
     return 0
+
+
+def print_extras(f: dict[str, Any]) -> None:
+    """Issue 29's rows beside their floors: cold/proof floor, warm/start-up floor (this
+    checkout and the last release), the core sweep, podman pull, the lazy read."""
+    cold, warm, start, last = f["cold"], f["warm"], f.get("start"), f.get("last")
+    if "proof_s" in f:
+        print(
+            f"issue 29: cold/proof floor {cold['seconds'] / f['proof_s']:.2f} "
+            f"(cpu {cold['cpu'] / f['proof_cpu']:.2f}; "
+            f"target <= {TARGET_COLD_PROOF:.2f} on 2 cores)"
+            + (f"; last release {last['cold']['seconds'] / f['proof_s']:.2f}" if last else "")
+        )
+    if start:
+        print(
+            f"issue 29: warm/start-up floor {warm['seconds'] / start['seconds']:.2f} "
+            f"(cpu {warm['cpu'] / start['cpu']:.2f}; target <= {TARGET_WARM_START:.2f})"
+            + (
+                f"; last release {last['warm']['seconds'] / start['seconds']:.2f} "
+                f"(cpu {last['warm']['cpu'] / start['cpu']:.2f})"
+                if last
+                else ""
+            )
+        )
+    if f.get("sweep"):
+        print_sweep(f["sweep"])
+    pulled = f.get("podman")
+    if pulled:
+        print(
+            f"podman pull (fresh vfs storage, same registry): {pulled['seconds']:.2f} s, "
+            f"cpu {pulled['cpu']:.2f}; / cold audit {pulled['seconds'] / cold['seconds']:.1f}x"
+        )
+    lazy = f.get("lazy")
+    if lazy:
+        run = lazy["lazy"]
+        under = lazy["floor_s"] / run["seconds"]
+        print(
+            f"lazy (zstd:chunked, {lazy['lazy_layers']} of {lazy['layers']} layers lazily): "
+            f"{run['seconds']:.2f} s, cpu {run['cpu']:.2f}, peak {run['max_rss'] >> 20} MiB; "
+            f"floor {lazy['floor_s']:.2f} s: {under:.1f}x under it (target >= {TARGET_LAZY:.0f}x); "
+            f"{lazy['fetched']} of {lazy['stored']} bytes "
+            f"({100 * lazy['fetched'] / max(lazy['stored'], 1):.2f}%, target < 2%)"
+        )
 
 
 def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
@@ -1424,9 +1725,14 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
         )
     print(f"warm/floor: {warm['seconds'] / floor_s:.3f} (target <= {TARGET_WARM:.2f})")
     if start:
+        what = (
+            "Python, the layout's index, manifest and config"
+            if img.get("reference", "").startswith("oci:")
+            else "Python, `import requests`, the manifest and the config"
+        )
         print(
-            f"start-up floor/floor: {start['seconds'] / floor_s:.3f} (Python, `import requests`, "
-            f"the manifest and the config: the least a warm audit spends); "
+            f"start-up floor/floor: {start['seconds'] / floor_s:.3f} ({what}: the least a warm "
+            f"audit spends); "
             f"warm/start-up floor: {warm['seconds'] / start['seconds']:.2f}"
         )
     peak = max(cold["max_rss"], warm["max_rss"])
