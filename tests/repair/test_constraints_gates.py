@@ -95,6 +95,8 @@ def indexes(tmp_path: Path) -> Iterator[Indexes]:
     build_wheel(WheelSpec("numpy", "2.3.5"), many)
     build_wheel(WheelSpec("nvidia-cutlass-dsl", "4.3.0"), many)
     tagged_wheel(WheelSpec("nvidia-nccl-cu13", "2.30.3"), "py3-none-manylinux_2_18_x86_64", many)
+    # as on PyPI, the arm64 wheel too: a lock error for x86_64 lists only the wheels it could use
+    tagged_wheel(WheelSpec("nvidia-nccl-cu13", "2.30.3"), "py3-none-manylinux_2_18_aarch64", many)
     tagged_wheel(
         WheelSpec("torch", "2.11.0+cu130", TORCH_REQUIRES),
         "cp312-cp312-manylinux_2_28_x86_64",
@@ -315,7 +317,8 @@ def test_a_lock_for_an_image_without_libc6_says_what_glibc_it_assumed(
     assert (
         "nvidia-nccl-cu13==2.30.3: no wheel for this target on the index (it has 2.30.3); its "
         "wheels need glibc 2.18 or newer: nvidia_nccl_cu13-2.30.3-py3-none-manylinux_2_18_x86_64"
-    ) in err
+        ".whl\n"
+    ) in err  # the aarch64 wheel beside it is no wheel this target could use: not listed
     assert err.rstrip().endswith(
         "if the image's glibc is 2.28 or newer (`ldd --version` in the image), "
         "give it with --glibc 2.28"

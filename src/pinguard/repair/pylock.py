@@ -224,21 +224,26 @@ def _missing(
     python = Version(target.python_version or target.major_minor or "0")
     machine = platform_machine(target.platform) if target.platform else ""
     newer = [
-        need
+        (need, f)
         for f in wanted
         if _fits(f, wide)
         and _python_ok(f, python)
         and (need := _glibc_needed(f.filename, machine)) is not None
         and need > glibc
     ]
-    names = ", ".join(f.filename for f in wanted[:3]) + (
-        f" and {len(wanted) - 3} more" if len(wanted) > 3 else ""
-    )
+
+    def names(shown: Sequence[IndexFile]) -> str:
+        return ", ".join(f.filename for f in shown[:3]) + (
+            f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+        )
+
     if newer:
-        need = min(newer)
+        need = min(n for n, _ in newer)
         needs.append(need)
-        return f"{text}; its wheels need glibc {_glibc_text(need)} or newer: {names}"
-    return f"{text}; its wheels are for other targets (Python, machine or OS): {names}"
+        # the wheels that would fit with that glibc, not the other platforms' (macOS, arm64)
+        fitting = [f for _, f in newer]
+        return f"{text}; its wheels need glibc {_glibc_text(need)} or newer: {names(fitting)}"
+    return f"{text}; its wheels are for other targets (Python, machine or OS): {names(wanted)}"
 
 
 def _glibc_hint(glibc: tuple[int, int], source: str, need: tuple[int, int]) -> str:
