@@ -3,17 +3,17 @@
 A file a command cannot read is a usage error: exit 2, one ``pinguard: error:`` line on
 stderr naming it, nothing on stdout. A tool the probe runs that fails is one message, its
 own ``Error:`` not run into pinguard's. The probe case runs the real buildah against local
-storage (nothing is pulled) and is skipped where buildah is not installed.
+storage (nothing is pulled): a missing buildah fails under CI=true (``require_tool``).
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from pinguard.cli import main
+from tests.infra.tools import require_tool
 
 BAD = "FROM python:3.12\nRUN pip install torch\n"  # unconstrained-install
 
@@ -70,11 +70,11 @@ def test_policy_check_of_a_missing_file_is_one_error_line(
     ]
 
 
-@pytest.mark.skipif(shutil.which("buildah") is None, reason="needs buildah")
 def test_probe_error_is_one_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """buildah's own 'Error:' is not run into pinguard's 'failed (exit 125):'."""
+    require_tool("buildah")
     monkeypatch.chdir(tmp_path)
     name = "localhost/pinguard-test/no-such-image:never"
     code, out, err = _run(capsys, "probe", name, "--import", "json")
