@@ -13,14 +13,14 @@ included) and keeps what the image config says that a build inherits: its ``Env`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from pinguard.audit.pipeline import AuditOptions, Progress, audit_source
 from pinguard.errors import UsageError
 from pinguard.models import AuditResult, ImageInfo, Platform, Snapshot
-from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage
+from pinguard.sources.interface import ImageSource, ResolvedImage, WrappedSource
 
 SCRATCH = "scratch"
 #: The PATH a container gets when its image sets none (Docker's and buildah's default).
@@ -85,33 +85,17 @@ def scratch_base(name: str, platform: Platform | None, note: str) -> BaseImage:
     return BaseImage(name=name, reference="", result=empty, note=note)
 
 
-class _Recording(ImageSource):
+class _Recording(WrappedSource):
     """Another source whose resolved image (and so its config) is kept once resolved."""
 
     def __init__(self, inner: ImageSource) -> None:
-        self.inner = inner
-        self.parallel_safe = inner.parallel_safe
+        super().__init__(inner)
         self.resolved: ResolvedImage | None = None
 
     def resolve(self) -> ResolvedImage:
         if self.resolved is None:
             self.resolved = self.inner.resolve()
         return self.resolved
-
-    def platforms(self) -> tuple[Platform, ...]:
-        return self.inner.platforms()
-
-    def open_blob(self, layer: LayerRef) -> BinaryIO:
-        return self.inner.open_blob(layer)
-
-    def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
-        return self.inner.iter_blobs(layers)
-
-    def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
-        return self.inner.read_ranges(layer, ranges)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _env_pairs(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

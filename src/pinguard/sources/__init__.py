@@ -31,9 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.sources.interface import (
@@ -42,8 +40,8 @@ from pinguard.sources.interface import (
     ResolvedImage,
     SourceOptions,
     UnpackedTree,
+    WrappedSource,
 )
-from pinguard.target import Platform
 
 __all__ = [
     "TRANSPORTS",
@@ -362,15 +360,14 @@ def _open_bare(reference: str, options: SourceOptions) -> ImageSource:
     return _NotedSource(RegistrySource(reference, options), f"{REGISTRY_NOTE} ({why})")
 
 
-class _NotedSource(ImageSource):
+class _NotedSource(WrappedSource):
     """Another source, with one note added to what ``resolve()`` returns, and a hint added
     to the error when it fails to resolve."""
 
     def __init__(self, inner: ImageSource, note: str, *, failure_hint: str = "") -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.note = note
         self.failure_hint = failure_hint
-        self.parallel_safe = inner.parallel_safe
 
     def resolve(self) -> ResolvedImage:
         try:
@@ -382,18 +379,3 @@ class _NotedSource(ImageSource):
         if not self.note:
             return resolved
         return dataclasses.replace(resolved, notes=(*resolved.notes, self.note))
-
-    def platforms(self) -> tuple[Platform, ...]:
-        return self.inner.platforms()
-
-    def open_blob(self, layer: LayerRef) -> BinaryIO:
-        return self.inner.open_blob(layer)
-
-    def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
-        return self.inner.iter_blobs(layers)
-
-    def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
-        return self.inner.read_ranges(layer, ranges)
-
-    def close(self) -> None:
-        self.inner.close()

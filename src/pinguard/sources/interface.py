@@ -115,3 +115,30 @@ class ImageSource(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WrappedSource(ImageSource):
+    """Another source, every call handed to it; a subclass changes what it must (``resolve``,
+    most often) and inherits the rest, so a wrapper never falls behind the interface."""
+
+    def __init__(self, inner: ImageSource) -> None:
+        self.inner = inner
+        self.parallel_safe = inner.parallel_safe
+
+    def resolve(self) -> ResolvedImage:
+        return self.inner.resolve()
+
+    def platforms(self) -> tuple[Platform, ...]:
+        return self.inner.platforms()
+
+    def open_blob(self, layer: LayerRef) -> BinaryIO:
+        return self.inner.open_blob(layer)
+
+    def iter_blobs(self, layers: Sequence[LayerRef]) -> Iterator[tuple[LayerRef, BinaryIO]]:
+        return self.inner.iter_blobs(layers)
+
+    def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
+        return self.inner.read_ranges(layer, ranges)
+
+    def close(self) -> None:
+        self.inner.close()
