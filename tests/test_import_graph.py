@@ -1,5 +1,6 @@
 """The import graph of ``src/pinguard``: no module imports itself back, through any path, and
-no package (``pinguard.<name>``) does either; layers/ never names the catalog above it.
+no package (``pinguard.<name>``) does either; layers/ never names the catalog above it, and
+nothing outside sources/ imports one of the registry client's modules (only its package).
 
 Every ``import`` statement counts, at module level or inside a function (a lazy import is
 still a loop), read with ``ast`` from the source files.
@@ -130,3 +131,17 @@ def test_layers_never_names_the_catalog() -> None:
         if m.startswith("pinguard.layers")
         for t in ts
     )
+
+
+def test_only_sources_opens_the_registry_packages_modules() -> None:
+    """Outside ``pinguard.sources``, the registry client is imported from
+    ``pinguard.sources.registry`` (its re-exports), never from one of its modules, so the
+    modules can be split or renamed without touching their users."""
+    private = [
+        f"{m} -> {t}"
+        for m, ts in sorted(_edges(_modules()).items())
+        if not m.startswith("pinguard.sources")
+        for t in sorted(ts)
+        if t.startswith("pinguard.sources.registry.")
+    ]
+    assert private == []

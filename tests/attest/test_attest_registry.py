@@ -29,8 +29,7 @@ from pinguard.attest.statement import PREDICATE_TYPE
 from pinguard.attest.store import push_attestation
 from pinguard.cli import main
 from pinguard.sources.interface import SourceOptions
-from pinguard.sources.referrers import Descriptor, attach, subject_descriptor
-from pinguard.sources.registry import RegistrySource
+from pinguard.sources.registry import Descriptor, RegistrySource, attach, subject_descriptor
 from tests.attest.conftest import ConfigWriter, Keys
 from tests.conftest import require_build_tools
 from tests.infra.build import build_scratch_image, remove_image

@@ -394,8 +394,7 @@ def test_fleet_run_repository_leaves_out_attestation_tags(
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from pinguard.sources.interface import SourceOptions
-    from pinguard.sources.registry import RegistrySource
-    from pinguard.sources.tags import list_tags
+    from pinguard.sources.registry import RegistrySource, list_tags
 
     key = ec.generate_private_key(ec.SECP256R1())
     (tmp_path / "key.pem").write_bytes(

@@ -12,10 +12,14 @@ import pytest
 from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.layers.registrycache import ARTIFACT_TYPE, ENTRY_MEDIA_TYPE
 from pinguard.sources.mediatypes import OCI_EMPTY, OCI_MANIFEST
-from pinguard.sources.referrers import EMPTY_DIGEST, canonical
-from pinguard.sources.registry import RegistrySource
-from pinguard.sources.registry_push import push_blob, push_manifest
-from pinguard.sources.tags import list_tags
+from pinguard.sources.registry import (
+    EMPTY_DIGEST,
+    RegistrySource,
+    canonical,
+    list_tags,
+    push_blob,
+    push_manifest,
+)
 from tests.infra.layercache import LAYERS, audit, inventory
 from tests.infra.registry import RegistryServer, free_port, running_registry
 

@@ -22,8 +22,7 @@ import pytest
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.sources import open_source, resolve_reference
 from pinguard.sources.interface import SourceOptions
-from pinguard.sources.registry import RegistrySource
-from pinguard.sources.registry_http import RegistryUnreachable
+from pinguard.sources.registry import RegistrySource, RegistryUnreachable
 from pinguard.testing.demo import build_demo
 from tests.infra.tools import require_tool
 

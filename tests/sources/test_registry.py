@@ -30,12 +30,15 @@ from pinguard.errors import (
     SourceError,
 )
 from pinguard.models import Platform
-from pinguard.sources.auth import Credentials, lookup_credentials
 from pinguard.sources.interface import ImageSource, LayerRef, SourceOptions
 from pinguard.sources.mediatypes import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from pinguard.sources.reference import DockerReference, parse_reference
-from pinguard.sources.registry import RegistrySource
-from pinguard.sources.registry_http import parse_www_authenticate
+from pinguard.sources.registry import (
+    Credentials,
+    RegistrySource,
+    lookup_credentials,
+    parse_www_authenticate,
+)
 from pinguard.target import platform_matches
 from tests.infra.registry import (
     DEFAULT_PASSWORD,

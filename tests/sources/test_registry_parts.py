@@ -1,6 +1,6 @@
-"""The registry client's three parts, each alone against a real registry (distribution):
-transport and auth (``RegistryClient``), pulling (``RegistrySource``) and pushing
-(``registry_push``)."""
+"""The registry client's parts, each alone against a real registry (distribution): the
+transport with its auth (``RegistryClient``), pulling (``RegistrySource``) and pushing
+(``registry.push``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import pytest
 from pinguard.errors import ImageNotFound
 from pinguard.sources.interface import SourceOptions
 from pinguard.sources.mediatypes import ACCEPT
-from pinguard.sources.registry import RegistrySource
-from pinguard.sources.registry_http import RegistryClient
-from pinguard.sources.registry_push import has_blob, push_blob
+from pinguard.sources.registry import RegistryClient, RegistrySource, has_blob, push_blob
 from tests.infra.registry import DEFAULT_PASSWORD, DEFAULT_USER, RegistryServer
 from tests.sources.conftest import ConfigWriter, Images
 from tests.sources.test_registry import _auths
@@ -40,7 +38,7 @@ def test_the_client_alone_authenticates_and_reads_a_manifest(
 
 def test_pushing_alone_then_pulling_the_blob_back(registry: RegistryServer) -> None:
     client = RegistryClient(registry.ref("parts/push:v1"), SourceOptions())
-    data = b"one blob pushed by registry_push alone\n"
+    data = b"one blob pushed by registry.push alone\n"
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     try:
         assert has_blob(client, digest) is False

@@ -30,8 +30,7 @@ from pinguard.audit.pipeline import AuditOptions, audit_image
 from pinguard.cli import main
 from pinguard.errors import BlobVerificationError, SourceError
 from pinguard.sources.interface import LayerRef, SourceOptions
-from pinguard.sources.registry import RegistrySource
-from pinguard.sources.registry_http import TRANSPORT_ERRORS, transport_reason
+from pinguard.sources.registry import TRANSPORT_ERRORS, RegistrySource, transport_reason
 from tests.infra.registry import (
     HTTPFront,
     Layout,

@@ -17,14 +17,14 @@ from typing import Any
 
 from pinguard.errors import SourceError
 from pinguard.signing.dsse import ENVELOPE_MEDIA_TYPE, IN_TOTO_PAYLOAD_TYPE, MAX_ENVELOPE_BYTES
-from pinguard.sources.referrers import (
+from pinguard.sources.registry import (
     Attached,
     Descriptor,
+    RegistrySource,
     attach,
     list_referrers,
     subject_descriptor,
 )
-from pinguard.sources.registry import RegistrySource
 
 ARTIFACT_TYPE = IN_TOTO_PAYLOAD_TYPE
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"

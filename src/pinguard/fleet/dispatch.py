@@ -97,8 +97,7 @@ def references_from(
     out = {sendable(ref) for ref in given}
     if repositories:
         from pinguard.sources.interface import SourceOptions
-        from pinguard.sources.registry import RegistrySource
-        from pinguard.sources.tags import list_tags
+        from pinguard.sources.registry import RegistrySource, list_tags
 
         for repo in repositories:
             name = repo.removeprefix("docker://")

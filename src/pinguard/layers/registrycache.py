@@ -88,8 +88,13 @@ class RegistryBackend:
 
     def save(self, name: str, data: bytes) -> None:
         from pinguard.sources.mediatypes import OCI_EMPTY, OCI_MANIFEST
-        from pinguard.sources.referrers import EMPTY_BLOB, EMPTY_DIGEST, canonical
-        from pinguard.sources.registry_push import push_blob, push_manifest
+        from pinguard.sources.registry import (
+            EMPTY_BLOB,
+            EMPTY_DIGEST,
+            canonical,
+            push_blob,
+            push_manifest,
+        )
 
         source = self.source()
         try:

@@ -1,6 +1,6 @@
 """Pushing to a registry, and reading the referrers API: what attestations need.
 
-Functions over a ``RegistryClient`` (``pinguard.sources.registry_http``, which authenticates
+Functions over a ``RegistryClient`` (``client.py``, which authenticates
 and retries): ``has_blob`` (HEAD), ``push_blob`` (POST, then one monolithic PUT, skipped when
 the repository has the blob), ``push_manifest`` (PUT under a tag or digest) and
 ``referrers_page`` (one page of ``/v2/<name>/referrers/<digest>``, None where the registry has
@@ -18,7 +18,7 @@ import requests
 
 from pinguard.errors import SourceError
 from pinguard.sources.manifest import sha256_digest
-from pinguard.sources.registry_http import (
+from pinguard.sources.registry.client import (
     MAX_MANIFEST_BYTES,
     TRANSPORT_ERRORS,
     RegistryClient,
@@ -112,9 +112,9 @@ def _check_push(client: RegistryClient, response: requests.Response, what: str) 
     if 200 <= status < 300:
         return
     if status == 401:
-        raise client.denied(401)
+        raise client.auth.denied(401)
     if status == 403:
-        raise client.denied(403)
+        raise client.auth.denied(403)
     detail = ""
     try:
         errors = response.json().get("errors") if response.content else None

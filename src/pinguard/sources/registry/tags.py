@@ -12,7 +12,7 @@ import re
 from urllib.parse import urljoin
 
 from pinguard.errors import SourceError
-from pinguard.sources.registry import RegistrySource
+from pinguard.sources.registry.pull import RegistrySource
 
 PAGE = 1000
 MAX_PAGE_BYTES = 4 << 20

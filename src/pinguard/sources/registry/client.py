@@ -1,18 +1,17 @@
-"""The registry client's transport and authentication: one HTTP conversation with one
-repository of a registry speaking the OCI distribution API v2.
+"""The registry client's transport: one HTTP conversation with one repository of a registry
+speaking the OCI distribution API v2.
 
-``RegistryClient`` sends every request pulling and pushing make. Authentication follows the
-registry's ``WWW-Authenticate`` challenge: the Bearer token flow (tokens cached per scope,
-fetched with Basic credentials or an identity token when ``config.json`` has them, else
-anonymously) or plain Basic. Plain HTTP is used only for loopback hosts and hosts named
-in ``insecure_registries``. Requests retry with exponential backoff on 429, 5xx and
-connection errors, honouring ``Retry-After``, at most ``max_retries`` times; a name that does
-not resolve is never retried (a DNS answer does not change in seconds) and a refused
-connection at most ``REFUSED_RETRIES`` times (about 1.5 s), so a mistyped or absent host fails
-fast. Redirects are
-followed by hand so the ``Authorization`` header never leaves the registry's origin, and
-no credential ever appears in an error message or a log line. The HTTP session is created
-lazily per process, so a client can be pickled or used after ``fork``.
+``RegistryClient`` sends every request pulling and pushing make, authenticated by its
+``auth`` (``auth.RegistryAuth``: the registry's ``WWW-Authenticate`` challenge answered with a
+Bearer token or Basic credentials, the token fetched through this transport). Plain HTTP is
+used only for loopback hosts and hosts named in ``insecure_registries``. Requests retry with
+exponential backoff on 429, 5xx and connection errors, honouring ``Retry-After``, at most
+``max_retries`` times; a name that does not resolve is never retried (a DNS answer does not
+change in seconds) and a refused connection at most ``REFUSED_RETRIES`` times (about 1.5 s),
+so a mistyped or absent host fails fast. Redirects are followed by hand so the
+``Authorization`` header never leaves the registry's origin, and no credential ever appears in
+an error message or a log line. The HTTP session is created lazily per process, so a client
+can be pickled or used after ``fork``.
 
 Every error the HTTP stack can raise (the whole ``requests.exceptions`` and
 ``urllib3.exceptions`` trees, ``http.client``'s and the socket's ``OSError``s, listed once in
@@ -21,8 +20,7 @@ Every error the HTTP stack can raise (the whole ``requests.exceptions`` and
 (``transport_reason``), never a traceback. A host that could not be reached at all (the name
 does not resolve, the connection is refused or times out) is ``RegistryUnreachable``:
 ``could not reach HOST: CAUSE (after N attempts)``, the wording the README documents for exit
-3. Pulling is ``pinguard.sources.registry``'s,
-pushing ``pinguard.sources.registry_push``'s; both go through this client.
+3. Pulling is ``pull.py``'s, pushing ``push.py``'s; both go through this client.
 """
 
 from __future__ import annotations
@@ -31,32 +29,29 @@ import email.utils
 import http.client
 import http.cookiejar
 import ipaddress
-import json
 import logging
 import os
 import random
-import re
 import socket
 import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3
 
-from pinguard.errors import AuthError, ImageNotFound, SourceError
-from pinguard.sources.auth import Credentials, docker_config_dir, lookup_credentials
+from pinguard.errors import ImageNotFound, SourceError
 from pinguard.sources.digest import Digest
 from pinguard.sources.interface import SourceOptions
 from pinguard.sources.reference import DockerReference, parse_reference
+from pinguard.sources.registry.auth import RegistryAuth
 
 log = logging.getLogger("pinguard.sources.registry")
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-MAX_TOKEN_BYTES = 1024 * 1024
 MAX_REDIRECTS = 10
 MAX_RETRY_AFTER = 60.0
 BACKOFF_BASE = 0.5
@@ -106,43 +101,6 @@ def origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     netloc = parts.netloc.lower().rsplit("@", 1)[-1]
     return parts.scheme.lower(), netloc
-
-
-@dataclass(frozen=True, slots=True)
-class Challenge:
-    """One ``WWW-Authenticate`` challenge: its scheme and auth-params."""
-
-    scheme: str  # lower case: "bearer", "basic"
-    params: Mapping[str, str]
-
-
-_CHALLENGE_START = re.compile(r"\s*,?\s*([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)(?=\s|$|,)")
-_PARAM = re.compile(r'\s*,?\s*([A-Za-z0-9!#$%&\'*+.^_`|~-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)')
-
-
-def parse_www_authenticate(header: str) -> list[Challenge]:
-    """Parse ``Bearer realm="...",service="...",scope="a,b"`` (several challenges allowed)."""
-    challenges: list[Challenge] = []
-    pos = 0
-    while pos < len(header):
-        start = _CHALLENGE_START.match(header, pos)
-        if start is None or header[start.end() : start.end() + 1] == "=":
-            break
-        scheme = start.group(1).lower()
-        pos = start.end()
-        params: dict[str, str] = {}
-        while True:
-            # A param is name=value; a bare token followed by space starts the next challenge.
-            match = _PARAM.match(header, pos)
-            if match is None:
-                break
-            value = match.group(2)
-            if value.startswith('"'):
-                value = re.sub(r"\\(.)", r"\1", value[1:-1])
-            params[match.group(1).lower()] = value
-            pos = match.end()
-        challenges.append(Challenge(scheme=scheme, params=params))
-    return challenges
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -291,12 +249,6 @@ class _NoNetrc(requests.auth.AuthBase):
         return r
 
 
-@dataclass(slots=True)
-class _Token:
-    value: str
-    expires: float
-
-
 # --- the client ------------------------------------------------------------------------
 
 
@@ -308,14 +260,10 @@ class RegistryClient:
         self.reference = ref
         self.ref: DockerReference = parse_reference(ref)
         self.options = options or SourceOptions()
-        self.scheme = "http" if self._plain_http_allowed(self.ref.api_host) else "https"
+        self.scheme = "http" if self.plain_http_allowed(self.ref.api_host) else "https"
         self.base_url = f"{self.scheme}://{self.ref.api_host}"
-        self._scope = f"repository:{self.ref.repository}:pull"
+        self.auth = RegistryAuth(self.ref, self.options.docker_config)
         self._sessions: dict[int, requests.Session] = {}
-        self._tokens: dict[str, _Token] = {}
-        self._basic = False  # the registry asked for Basic auth
-        self._credentials: Credentials | None = None
-        self._credentials_loaded = False
 
     # pickling: sessions are per process and never cross a process boundary
     def __getstate__(self) -> dict[str, Any]:
@@ -341,7 +289,8 @@ class RegistryClient:
     def manifest_url(self, reference: str) -> str:
         return f"{self.base_url}/v2/{self.ref.repository}/manifests/{reference}"
 
-    def _plain_http_allowed(self, hostport: str) -> bool:
+    def plain_http_allowed(self, hostport: str) -> bool:
+        """Plain HTTP only to a loopback host or one named in ``insecure_registries``."""
         hostname = urlsplit(f"//{hostport}").hostname or hostport
         if is_loopback(hostname):
             return True
@@ -363,128 +312,6 @@ class RegistryClient:
         session = self._sessions.pop(os.getpid(), None)
         if session is not None:
             session.close()
-
-    # --- credentials and tokens -------------------------------------------------------
-
-    def _creds(self) -> Credentials | None:
-        if not self._credentials_loaded:
-            self._credentials = lookup_credentials(self.ref.registry, self.options.docker_config)
-            self._credentials_loaded = True
-        return self._credentials
-
-    def _auth_header(self) -> str | None:
-        token = self._tokens.get(self._scope)
-        if token is not None and token.expires > time.time():
-            return f"Bearer {token.value}"
-        if self._basic:
-            creds = self._creds()
-            if creds is not None and creds.has_basic:
-                return creds.basic_header()
-        return None
-
-    def _no_creds_hint(self) -> str:
-        config = docker_config_dir(self.options.docker_config) / "config.json"
-        return f"no credentials for {self.ref.registry} in {str(config)!r}"
-
-    def denied(self, status: int) -> AuthError:
-        creds = self._creds()
-        what = f"{self.ref.repository} on {self.ref.api_host}"
-        if status == 403:
-            return AuthError(f"registry denied access to {what} (HTTP 403)")
-        if creds is None:
-            return AuthError(
-                f"registry requires authentication for {what}: {self._no_creds_hint()}"
-            )
-        return AuthError(f"registry refused the credentials from {creds.origin} for {what}")
-
-    def _authenticate(self, header: str | None) -> None:
-        """Answer a 401: set up Basic or fetch a Bearer token for our scope."""
-        challenges = parse_www_authenticate(header or "")
-        by_scheme = {c.scheme: c for c in challenges}
-        bearer, basic = by_scheme.get("bearer"), by_scheme.get("basic")
-        if bearer is not None and bearer.params.get("realm"):
-            self._fetch_token(bearer)
-            return
-        if basic is not None:
-            creds = self._creds()
-            if creds is None or not creds.has_basic:
-                raise AuthError(
-                    f"registry {self.ref.api_host} requires Basic authentication for "
-                    f"{self.ref.repository}: {self._no_creds_hint()}"
-                )
-            self._basic = True
-            return
-        raise AuthError(
-            f"registry {self.ref.api_host} answered 401 with no usable authentication challenge"
-        )
-
-    def _fetch_token(self, challenge: Challenge) -> None:
-        realm = challenge.params["realm"]
-        parts = urlsplit(realm)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise AuthError(f"registry {self.ref.api_host} named an invalid token realm")
-        if parts.scheme == "http" and not self._plain_http_allowed(parts.netloc):
-            raise AuthError(
-                f"registry {self.ref.api_host} named a plain-HTTP token realm on "
-                f"{parts.hostname}; refusing to send credentials over HTTP"
-            )
-        scope = challenge.params.get("scope") or self._scope
-        service = challenge.params.get("service")
-        creds = self._creds()
-        query: dict[str, str] = {"scope": scope}
-        if service:
-            query["service"] = service
-        method, data, auth = "GET", None, None
-        if creds is not None and creds.identity_token:
-            method = "POST"
-            data = {
-                "grant_type": "refresh_token",
-                "refresh_token": creds.identity_token,
-                "client_id": "pinguard",
-                **query,
-            }
-            url = realm
-        else:
-            url = realm + ("&" if parts.query else "?") + urlencode(query)
-            if creds is not None and creds.has_basic:
-                auth = creds.basic_header()
-        what = f"token for {self.ref.repository} from {parts.netloc}"
-        response = self._send_with_retries(method, url, {}, auth, what=what, stream=True, data=data)
-        try:
-            if response.status_code in (401, 403):
-                if creds is None:
-                    raise AuthError(
-                        f"token server for {self.ref.api_host} refused anonymous access to "
-                        f"{self.ref.repository}: {self._no_creds_hint()}"
-                    )
-                raise AuthError(
-                    f"token server for {self.ref.api_host} refused the credentials from "
-                    f"{creds.origin}"
-                )
-            if response.status_code != 200:
-                raise SourceError(
-                    f"token server for {self.ref.api_host} answered HTTP {response.status_code}"
-                )
-            raw = self.read_limited(
-                response, MAX_TOKEN_BYTES, f"token answer for {self.ref.api_host}"
-            )
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                raise SourceError(
-                    f"token server for {self.ref.api_host} answered something that is not JSON"
-                ) from None
-        finally:
-            response.close()
-        value = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
-        if not isinstance(value, str) or not value:
-            raise SourceError(f"token server for {self.ref.api_host} answered no token")
-        expires_in = body.get("expires_in")
-        lifetime = float(expires_in) if isinstance(expires_in, (int, float)) else 60.0
-        token = _Token(value=value, expires=time.time() + max(lifetime - 5.0, 1.0))
-        self._tokens[self._scope] = token
-        self._tokens[scope] = token
-        log.debug("got a registry token for %s (%s)", self.ref.api_host, scope)
 
     # --- HTTP ---------------------------------------------------------------------------
 
@@ -548,7 +375,7 @@ class RegistryClient:
             f"{what}: too many redirects (more than {MAX_REDIRECTS}) from {self.ref.api_host}"
         )
 
-    def _send_with_retries(
+    def send_with_retries(
         self,
         method: str,
         url: str,
@@ -618,20 +445,20 @@ class RegistryClient:
         retries, then one authentication round on a 401."""
         authenticated = False
         while True:
-            response = self._send_with_retries(
-                method, url, headers, self._auth_header(), what=what, stream=stream, data=body
+            response = self.send_with_retries(
+                method, url, headers, self.auth.header(), what=what, stream=stream, data=body
             )
             if response.status_code != 401 or origin(response.url) != origin(url):
                 if response.status_code == 403 and origin(response.url) == origin(url):
                     response.close()
-                    raise self.denied(403)
+                    raise self.auth.denied(403)
                 return response
             challenge = response.headers.get("WWW-Authenticate")
             response.close()
             if authenticated:
-                raise self.denied(401)
-            self._tokens.pop(self._scope, None)  # an expired or revoked token
-            self._authenticate(challenge)
+                raise self.auth.denied(401)
+            self.auth.forget_token()  # an expired or revoked token
+            self.auth.authenticate(challenge, self)
             authenticated = True
 
     def read_limited(self, response: requests.Response, limit: int, what: str) -> bytes:
@@ -679,5 +506,5 @@ class RegistryClient:
         if status == 404:
             raise ImageNotFound(f"{what} not found (HTTP 404)")
         if status == 401:
-            raise self.denied(401)
+            raise self.auth.denied(401)
         raise SourceError(f"registry {self.ref.api_host} answered HTTP {status} for {what}")

@@ -6,9 +6,9 @@ fetched by digest, reads and verifies the image config, and opens layer blobs as
 streams for ``pinguard.layers.blob`` to verify while they stream: a stream that breaks is
 resumed where it stopped (``_ResponseStream``), and a blob is never read past its
 descriptor's size plus one byte, so an oversized blob is refused as soon as that byte
-arrives; ``read_ranges`` reads parts of a blob (``pinguard.sources.ranges``). Every
-request goes through ``client`` (``pinguard.sources.registry_http``: transport, retries,
-redirects, authentication); pushing is ``pinguard.sources.registry_push``'s.
+arrives; ``read_ranges`` reads parts of a blob (``ranges.py``). Every request goes through
+``client`` (``client.py``: transport, retries, redirects; ``auth.py``: authentication);
+pushing is ``push.py``'s.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.manifest import descriptor_platform, platform_from_config, verify_bytes
 from pinguard.sources.mediatypes import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST
-from pinguard.sources.ranges import RangeFetcher
-from pinguard.sources.registry_http import (
+from pinguard.sources.registry.client import (
     MAX_MANIFEST_BYTES,
     TRANSPORT_ERRORS,
     RegistryClient,
     attempts,
     transport_reason,
 )
+from pinguard.sources.registry.ranges import RangeFetcher
 from pinguard.target import Platform, host_platform, platform_matches
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pinguard.sources.registry")
 
 MAX_CONFIG_BYTES = 64 * 1024 * 1024
 MAX_INDEX_DEPTH = 4
@@ -348,7 +348,7 @@ class RegistrySource(ImageSource):
         return io.BufferedReader(stream, buffer_size=BLOB_BUFFER)
 
     def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Parts of one blob by HTTP Range requests (``pinguard.sources.ranges``: several
+        """Parts of one blob by HTTP Range requests (``ranges.py``: several
         ranges per request, one by one where the registry will not)."""
         what = f"blob {layer.digest} of {self.ref.api_host}/{self.ref.repository}"
         url = self.client.blob_url(layer.digest)
@@ -361,7 +361,7 @@ class RegistrySource(ImageSource):
         self._ranges.reopen(opener, what)
         return self._ranges.fetch(ranges)
 
-    # --- raw reads (attestations; see pinguard.sources.referrers) ------------------------
+    # --- raw reads (attestations; see referrers.py) --------------------------------------
 
     def manifest_bytes(self, reference: str, accept: str = ACCEPT) -> tuple[bytes, str, str]:
         """(bytes, Content-Type, digest) of the manifest ``reference`` (a tag or a digest),

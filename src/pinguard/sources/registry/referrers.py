@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import quote
 
 from pinguard.errors import ImageNotFound, SourceError
-from pinguard.sources import registry_push as push
 from pinguard.sources.mediatypes import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST
-from pinguard.sources.registry import RegistrySource
+from pinguard.sources.registry import push
+from pinguard.sources.registry.pull import RegistrySource
 
 EMPTY_BLOB = b"{}"
 EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 import requests
 
 from pinguard.errors import SourceError
-from pinguard.sources.registry_http import TRANSPORT_ERRORS, transport_reason
+from pinguard.sources.registry.client import TRANSPORT_ERRORS, transport_reason
 
 #: At most this many ranges in one request (keeps the Range header and each answer small).
 MAX_PARTS = 64
