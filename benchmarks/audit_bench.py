@@ -902,7 +902,11 @@ def run_timed(
 _LAYERS_ONLY = """
 import sys, time
 from pathlib import Path
-from pinguard.audit.pipeline import AuditOptions, load_layers
+try:
+    from pinguard.audit.loading import load_layers
+    from pinguard.audit.options import AuditOptions
+except ImportError:  # the last release's src (--baseline-src): one pipeline module
+    from pinguard.audit.pipeline import AuditOptions, load_layers
 from pinguard.sources import open_source
 source = open_source(sys.argv[1], AuditOptions().source)
 with source:
@@ -1035,7 +1039,7 @@ def _cached_layers(cache_dir: Path) -> tuple[int, int]:
 
 _STAGES = """
 import hashlib, json, sys, time
-from pinguard.audit.pipeline import AuditOptions
+from pinguard.audit.options import AuditOptions
 from pinguard.layers.analysis import analyze_stream
 from pinguard.layers.blob import inflated_chunks, keep_chunk_memory, read_chunks
 from pinguard.sources import open_source

@@ -141,7 +141,8 @@ def floor(address: str, manifest: dict[str, Any], jobs: int) -> tuple[float, flo
 _LAZY_LAYERS = """
 import sys, time
 from pathlib import Path
-from pinguard.audit.pipeline import AuditOptions, load_layers
+from pinguard.audit.loading import load_layers
+from pinguard.audit.options import AuditOptions
 from pinguard.sources import open_source
 options = AuditOptions(layer_read="lazy")
 source = open_source(sys.argv[1], options.source)

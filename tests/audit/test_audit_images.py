@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult, ChangeKind
 from pinguard.sources.interface import SourceOptions

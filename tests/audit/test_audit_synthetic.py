@@ -13,7 +13,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from pinguard.audit.diff import diff_environments, unmet_requirements
-from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.models import AuditResult, Change, ChangeKind, Distribution, Environment, Platform
 from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive

@@ -6,7 +6,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.sources.interface import LayerRef
 from tests.infra.registry import build_oci_layout
 

@@ -15,14 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit.pipeline import (
-    AuditOptions,
-    StepBuilder,
-    audit_image,
-    build_result,
-    load_layers,
-)
+from pinguard.audit.loading import load_layers
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.audit.replay import Replay, StepEncoder, decode, encode
+from pinguard.audit.steps import StepBuilder, build_result
 from pinguard.errors import PinguardError
 from pinguard.models import AuditResult, Snapshot
 from pinguard.report.json import render

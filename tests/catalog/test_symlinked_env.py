@@ -19,7 +19,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pinguard.audit.pipeline import AuditOptions, audit_directory, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_directory, audit_image
 from pinguard.cli import main
 from pinguard.layers.links import resolve, resolve_parent
 from pinguard.models import AuditResult, ChangeKind, Severity

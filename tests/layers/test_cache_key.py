@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import pinguard
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.cache import LayerCache, seal, unseal
@@ -33,7 +34,8 @@ _PROBE = """
 import sys
 import pinguard
 from pathlib import Path
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 assert Path(pinguard.__file__).is_relative_to(sys.argv[1]), pinguard.__file__
 if len(sys.argv) > 2:
     audit_image(sys.argv[2], options=AuditOptions(cache_dir=Path(sys.argv[3])))

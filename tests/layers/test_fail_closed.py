@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.cli import main
 from pinguard.errors import BlobVerificationError, LayerError
 from pinguard.layers.analysis import LayerLimits, analyze_stream
@@ -211,7 +212,8 @@ def test_metadata_above_the_capture_cap_is_incomplete(tmp_path: Path) -> None:
 
 _RSS_SCRIPT = """
 import sys
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.layers.analysis import LayerLimits
 # zeros deflate 1000:1; lift the ratio cap so that only the capture cap is under test
 result = audit_image(sys.argv[1], options=AuditOptions(limits=LayerLimits(max_ratio=10**6)))

@@ -25,7 +25,8 @@ import jsonschema
 import pytest
 import zstandard
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.layers.chunked import LazyUnavailable, TocPosition, analyze_chunked
 from pinguard.sources.interface import SourceOptions

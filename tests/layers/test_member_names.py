@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.layers.analysis import LayerAnalysis, analyze_stream
 from pinguard.layers.cache import LayerCache
 from pinguard.layers.names import (

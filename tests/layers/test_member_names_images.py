@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.audit.pipeline import AuditOptions, load_layers
+from pinguard.audit.loading import load_layers
+from pinguard.audit.options import AuditOptions
 from pinguard.sources import open_source
 from pinguard.testing.images import ImageWriter
 from tests.infra.build import build_image, remove_image

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.errors import BlobVerificationError
 from pinguard.layers.blob import Inflated
 from pinguard.sources.interface import SourceOptions

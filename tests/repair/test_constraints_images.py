@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.models import AuditResult
 from pinguard.repair.resolve import (
     IndexOptions,

@@ -26,7 +26,8 @@ import pytest
 import requests
 import urllib3
 
-from pinguard.audit.pipeline import AuditOptions, audit_image
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.cli import main
 from pinguard.errors import BlobVerificationError, SourceError
 from pinguard.sources.interface import LayerRef, SourceOptions

@@ -1,6 +1,6 @@
 """The replay cache: what replaying an image's layers computed, kept for the next audit.
 
-Owns one entry per image chain: everything ``pipeline.build_result`` derives from the layer
+Owns one entry per image chain: everything ``steps.build_result`` derives from the layer
 analyses (each step with its changes, causes and unmet requirements, each step's snapshot
 with the loader's resolutions, the incomplete items, the history notes, the final file
 digests), so a warm audit reads one entry instead of every layer's analysis and replays
@@ -16,7 +16,8 @@ canonical JSON, as layer entries are); an entry that fails that check, or does n
 into the models, is a miss. Values are encoded from the frozen models by their type hints,
 and a distribution or environment that several snapshots share is written once and shared
 again when read, so an entry grows with what the image holds, not with its number of steps
-times that.
+times that. ``replay_store`` says where an audit's entry lives (a cache directory, no layer
+on disk, no lazy read), ``from_replay`` the result an entry answers.
 """
 
 from __future__ import annotations
@@ -34,14 +35,26 @@ from collections.abc import Sequence
 from functools import cache
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import packaging
 
 from pinguard.cache.entry import EntryDir
 from pinguard.cache.key import digest_of, source_digest
-from pinguard.models import Distribution, Environment, Incomplete, Platform, Snapshot, Step
-from pinguard.sources.interface import LayerRef
+from pinguard.models import (
+    AuditResult,
+    Distribution,
+    Environment,
+    ImageInfo,
+    Incomplete,
+    Platform,
+    Snapshot,
+    Step,
+)
+from pinguard.sources.interface import LayerRef, ResolvedImage
+
+if TYPE_CHECKING:
+    from pinguard.audit.options import AuditOptions
 
 FORMAT = "1"
 #: Modules whose source is part of the key: all the code a replay runs.
@@ -274,7 +287,7 @@ def encode(replay: Replay) -> dict[str, Any]:
 
 class StepEncoder:
     """A replay entry's data, encoded a step at a time as the audit replays them
-    (``pipeline.StepBuilder``), so most of the entry is encoded while later layers are still
+    (``steps.StepBuilder``), so most of the entry is encoded while later layers are still
     being read. Every value handed in must stay alive until ``finish``: shared values are
     known by id."""
 
@@ -380,3 +393,34 @@ def wait_behind() -> None:
         except KeyboardInterrupt:
             continue
         _BEHIND.pop()
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def replay_store(resolved: ResolvedImage, options: AuditOptions) -> tuple[ReplayCache, str] | None:
+    """Where this image chain's replay entry lives, when it may have one: a cache directory,
+    and no layer that is a directory on disk (its digest does not address its content)."""
+    if options.cache_dir is None or any(layer.tree is not None for layer in resolved.layers):
+        return None
+    if options.layer_read == "lazy":
+        return None  # the replay keeps no layer reads: a lazy audit reads its layer entries
+    key = replay_key(options.layers_key(), resolved.platform, resolved.config, resolved.layers)
+    return ReplayCache(options.cache_dir), key
+
+
+def from_replay(resolved: ResolvedImage, replay: Replay) -> AuditResult:
+    return AuditResult(
+        image=ImageInfo(
+            reference=resolved.reference,
+            manifest_digest=resolved.manifest_digest,
+            platform=resolved.platform,
+            transport=resolved.transport,
+        ),
+        steps=replay.steps,
+        final=replay.snapshots[-1] if replay.snapshots else Snapshot(),
+        snapshots=replay.snapshots,
+        incomplete=replay.incomplete,
+        notes=tuple(resolved.notes) + replay.notes,
+        file_digests=replay.file_digests,
+    )

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import TaskID
 
-    from pinguard.audit.pipeline import AuditOptions
+    from pinguard.audit.options import AuditOptions
     from pinguard.layers.cachestore import CacheSpec
     from pinguard.models import AuditResult, Platform, Severity
     from pinguard.policy.model import Policy
@@ -363,7 +363,7 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
 
 def audit_options(args: argparse.Namespace) -> AuditOptions:
     """The ``AuditOptions`` the image options describe."""
-    from pinguard.audit.pipeline import AuditOptions  # here: a warm audit never loads it
+    from pinguard.audit.options import AuditOptions  # here: a warm audit never loads it
 
     return AuditOptions(
         source=source_options(args),

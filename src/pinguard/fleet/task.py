@@ -194,7 +194,8 @@ def _flag(options: Mapping[str, Any], name: str) -> bool:
 
 def audit_reference(reference: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Audit ``reference``; write its record; return ``{"id", "exit_code", "verdict"}``."""
-    from pinguard.audit.pipeline import AuditOptions, audit_image
+    from pinguard.audit.options import AuditOptions
+    from pinguard.audit.pipeline import audit_image
     from pinguard.policy.engine import evaluate
     from pinguard.policy.load import load_run_policy
     from pinguard.report import json as json_report

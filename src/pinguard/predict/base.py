@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pinguard.audit.pipeline import AuditOptions, Progress, audit_source
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_source
+from pinguard.audit.workers import Progress
 from pinguard.errors import UsageError
 from pinguard.models import AuditResult, ImageInfo, Platform, Snapshot
 from pinguard.sources.interface import ImageSource, ResolvedImage, WrappedSource
