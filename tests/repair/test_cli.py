@@ -78,6 +78,13 @@ def test_constraints_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["constraints", "check", str(good), "--policy", str(policy)]) == 0
     assert main(["constraints", "check", str(good), str(bad), "--policy", str(policy)]) == 1
     assert "bad.txt:1: nvidia-nccl-cu13==2.29.7" in capsys.readouterr().out
+    # as pre-commit runs the hook: its args (--policy P), then the files
+    assert main(["constraints", "check", "--policy", str(policy), str(good), str(bad)]) == 1
+    assert "bad.txt:1: nvidia-nccl-cu13==2.29.7" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:
+        main(["constraints", "check", "--policy", str(policy), str(good), "--bogus"])
+    assert usage.value.code == 2
+    assert "unrecognized arguments: " in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("stub_audit")

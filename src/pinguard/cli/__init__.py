@@ -62,6 +62,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed by ``parser`` as ``main`` parses it. A subcommand whose operands are a
+    list may name it as ``trailing_operands``: operands after its options join that list, as
+    pre-commit runs a hook (``pinguard constraints check --policy P FILE...``: argparse alone
+    takes ``check`` as the operands and refuses the files after ``--policy P``)."""
+    args, extras = parser.parse_known_args(argv)
+    trailing = getattr(args, "trailing_operands", None)
+    if extras and trailing and not any(extra.startswith("-") for extra in extras):
+        getattr(args, trailing).extend(extras)
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def _print_version(_args: argparse.Namespace) -> int:
     """``pinguard version``, as trivy and syft have it: the same line as ``--version``."""
     print(f"pinguard {__version__}")
@@ -87,7 +101,7 @@ def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # the first argument names the subcommand (the top level has no options taking values)
     parser = build_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

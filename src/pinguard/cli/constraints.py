@@ -94,7 +94,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_index_options(g)
     add_image_options(p)
     add_policy_options(p)
-    p.set_defaults(func=run)
+    # `constraints check --policy P FILE...`: the files after the options are operands too
+    p.set_defaults(func=run, trailing_operands="operands")
 
 
 def run(args: argparse.Namespace) -> int:
