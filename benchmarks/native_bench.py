@@ -91,7 +91,7 @@ def smoke_layer(out: Path, work: Path) -> int:
 def measure_one(layer: Path) -> dict[str, object]:
     """In this (fresh) process: analyse ``layer`` and report what and how fast."""
     sys.path.insert(0, str(ROOT / "src"))
-    from pinguard.catalog.native import ElfFacts, NativeAnalyzer
+    from pinguard.catalog.native.analyzer import ElfFacts, NativeAnalyzer
     from pinguard.catalog.registry import AnalyzerOptions
     from pinguard.layers.analysis import analyze_stream
 

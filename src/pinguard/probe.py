@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-from pinguard.audit.loader import WATCHED
 from pinguard.audit.pipeline import audit_directory
+from pinguard.catalog.native.loader import WATCHED
 from pinguard.errors import PinguardError, SourceError, UsageError
 from pinguard.models import AuditResult
 

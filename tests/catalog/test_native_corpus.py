@@ -20,7 +20,7 @@ from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pinguard.catalog import elf
+from pinguard.catalog.native import elf
 from tests.infra.corpus import LARGE, SMALL, real_wheels, shared_objects
 from tests.infra.native import Dynamic, readelf_dynamic
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.catalog import elf, native
+from pinguard.catalog.native import analyzer as native
+from pinguard.catalog.native import elf
 from tests.infra.native import build_so, readelf_dynamic
 
 

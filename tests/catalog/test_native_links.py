@@ -7,9 +7,10 @@ import tarfile
 from pathlib import Path
 
 from pinguard.audit.state import State
-from pinguard.catalog import AnalyzerOptions, Analyzers, native
+from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.catalog.interface import Analyzer
-from pinguard.catalog.native import NativeAnalyzer
+from pinguard.catalog.native import analyzer as native
+from pinguard.catalog.native.analyzer import NativeAnalyzer
 from pinguard.catalog.registry import ANALYZERS
 from pinguard.layers.analysis import LayerAnalysis, analyze_stream
 from pinguard.layers.tar import LINK, STREAM

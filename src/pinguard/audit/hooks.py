@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pinguard.audit.loader import LoaderConfig, attach_native, image_env
 from pinguard.audit.state import State
-from pinguard.catalog import dpkg, native
+from pinguard.catalog import dpkg
+from pinguard.catalog.native import analyzer as native
+from pinguard.catalog.native.loader import LoaderConfig, attach_native, image_env
 from pinguard.models import Snapshot
 from pinguard.sources.interface import ResolvedImage
 from pinguard.target import platform_machine
@@ -49,7 +50,7 @@ def native_loader(
     state: State,
     image: ImageFacts,
 ) -> Snapshot:
-    """Where ld.so finds each NEEDED of the state's shared objects (``audit.loader``)."""
+    """Where ld.so finds each NEEDED of the state's shared objects (``catalog.native.loader``)."""
     if not (snap.native or previous.native):
         return snap
     loader = LoaderConfig.of(

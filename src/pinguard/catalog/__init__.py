@@ -4,7 +4,8 @@
 hash or stream, and its per-state session); ``registry`` lists the analyzers pinguard runs
 and joins them for the layer walk, the cache key and the per-state ``Catalog``; ``python``
 (dist-info, egg-info), ``dpkg`` (the status database), ``conda`` (conda-meta records) and
-``native`` (ELF shared objects) are the analyzers.
+``native`` (a package: ELF shared objects, and what ld.so would load for each) are the
+analyzers.
 
 Adding an analyzer (docs/analyzers.md): a module here with a frozen dataclass subclassing
 ``Analyzer`` (its fields are its options) and an ``AnalyzerSession`` that appends generic

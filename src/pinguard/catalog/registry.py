@@ -20,7 +20,7 @@ from pinguard.cache.key import source_digest
 from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
-from pinguard.catalog.native import NativeAnalyzer
+from pinguard.catalog.native.analyzer import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.cache import cache_key

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from pinguard.catalog.native import CUPY_WHEEL_JSON, TORCH_INIT, TORCH_VERSION
+from pinguard.catalog.native.analyzer import CUPY_WHEEL_JSON, TORCH_INIT, TORCH_VERSION
 from pinguard.models import Environment, NativeLibrary
 
 

@@ -2,11 +2,11 @@
 
 This module owns what the catalog records about ELF shared objects: which paths count as
 shared objects (``wants``), the consumer that streams each one through
-``pinguard.catalog.elf.ElfScanner`` (SONAME, NEEDED, RPATH/RUNPATH, banner, digest, read from
-the stream in whatever order the file lays them out), dpkg's ``.list`` files,
+``pinguard.catalog.native.elf.ElfScanner`` (SONAME, NEEDED, RPATH/RUNPATH, banner, digest,
+read from the stream in whatever order the file lays them out), dpkg's ``.list`` files,
 ``/etc/ld.so.conf(.d)``, and per state each library joined to its owner (``libraries``).
-``FileView`` is a state's files and links as the loader resolver (``pinguard.audit.loader``)
-walks them.
+``FileView`` is a state's files and links as the loader resolver
+(``pinguard.catalog.native.loader``) walks them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pinguard.catalog.elf import BANNERS, ElfFacts, ElfScanner, scan_bytes
 from pinguard.catalog.interface import (
     Analyzer,
     AnalyzerOptions,
@@ -25,6 +24,7 @@ from pinguard.catalog.interface import (
     SnapshotParts,
     StateView,
 )
+from pinguard.catalog.native.elf import BANNERS, ElfFacts, ElfScanner, scan_bytes
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream, PartReader
 from pinguard.models import DebPackage, Distribution, Environment, Incomplete, NativeLibrary
@@ -61,7 +61,7 @@ def wants(path: str) -> bool:
 
 
 #: Package files that say what a package loads itself on import, relative to site-packages:
-#: kept whole for the preload model (``pinguard.audit.preload``).
+#: kept whole for the preload model (``pinguard.catalog.native.preload``).
 TORCH_INIT = "torch/__init__.py"
 TORCH_VERSION = "torch/version.py"
 CUPY_WHEEL_JSON = "cupy/.data/_wheel.json"
@@ -336,7 +336,7 @@ class NativeAnalyzer(Analyzer):
 
     def wants(self, path: str) -> int:
         if path.endswith(PRELOAD_SOURCES) and "-packages/" in path:
-            return CAPTURE  # what torch and CuPy load themselves (pinguard.audit.preload)
+            return CAPTURE  # what torch and CuPy load themselves (pinguard.catalog.native.preload)
         if ".so" in path:
             if wants(path):
                 return STREAM | LINK

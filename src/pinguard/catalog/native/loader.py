@@ -20,8 +20,8 @@ for directories and files, inside the image's own tree. Limits (docs/native.md):
 of the objects that loaded this one (the executable's, say) is not searched, libraries
 already loaded under the same soname are not reused, ``glibc-hwcaps`` subdirectories are not
 searched, and an ``ld.so.cache`` that ``ldconfig`` was not re-run for is taken as fresh.
-Libraries a package loads itself on import (``pinguard.audit.preload``) override the search
-for the consumers of that package and of packages that require it.
+Libraries a package loads itself on import (``pinguard.catalog.native.preload``) override the
+search for the consumers of that package and of packages that require it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-from pinguard.audit.preload import Preload, preloads
-from pinguard.catalog.native import FileView
+from pinguard.catalog.native.analyzer import FileView
+from pinguard.catalog.native.preload import Preload, preloads
 from pinguard.models import Environment, NativeLibrary, Resolution, Snapshot
 
 #: The multiarch triplet Debian uses per machine (``platform_machine``).
