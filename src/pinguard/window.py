@@ -3,9 +3,9 @@
 ``Window`` keeps the position (``SEEK_SET``/``SEEK_CUR``/``SEEK_END`` against ``size``,
 never below 0) and reports itself readable and seekable; a subclass says where the bytes
 come from by implementing ``readinto`` for the current position and advancing it.
-``SliceReader`` is the window ``[offset, offset+size)`` of a file on its own handle (a blob
-inside an image archive); an ELF reader that holds only some pieces of a shared object
-subclasses ``Window`` the same way rather than keeping a position of its own.
+``SliceReader``, the one subclass, is the window ``[offset, offset+size)`` of a file on its
+own handle (a blob inside an image archive); a new reader of a byte range subclasses
+``Window`` the same way rather than keeping a position of its own.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -73,3 +74,31 @@ def test_a_subcommand_alone_imports_only_its_own_module() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["audit"]
+
+
+def test_every_format_choice_comes_from_the_one_table() -> None:
+    """Each command's ``--format`` choices are report/formats.py's table for it (fleet's also
+    the keys of its renderers in fleet/render.py, which report/ cannot import)."""
+    from pinguard.fleet.render import FLEET_FORMATS
+    from pinguard.report import formats
+
+    tables: dict[tuple[str, ...], tuple[str, ...]] = {
+        ("audit",): tuple(formats.FORMATS),
+        ("predict",): tuple(formats.FORMATS),
+        ("compare",): tuple(formats.COMPARE_FORMATS),
+        ("lint",): tuple(formats.LINT_FORMATS),
+        ("gate",): formats.VERDICT_FORMATS,
+        ("guard",): formats.VERDICT_FORMATS,
+        ("verify",): formats.VERIFY_FORMATS,
+        ("probe",): formats.PROBE_FORMATS,
+        ("fleet", "run"): formats.FLEET_FORMAT_NAMES,
+        ("fleet", "report"): formats.FLEET_FORMAT_NAMES,
+    }
+    assert tuple(FLEET_FORMATS) == formats.FLEET_FORMAT_NAMES
+    for path, names in tables.items():
+        parser = build_parser()
+        for word in path:
+            [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            parser = sub.choices[word]
+        [action] = [a for a in parser._actions if "--format" in a.option_strings]
+        assert tuple(action.choices or ()) == names, path

@@ -24,8 +24,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pinguard.cli.common import write_output
+from pinguard.cli.common import FAIL_ON, write_output
 from pinguard.fleet.summary import DEFAULT_PACKAGES
+from pinguard.report.formats import FLEET_FORMAT_NAMES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,7 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--policy", action="append", default=[], metavar="FILE")
     r.add_argument("--target", action="append", default=[], metavar="T")
     r.add_argument("--platform")
-    r.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    r.add_argument("--fail-on", choices=tuple(FAIL_ON), default="error")
     r.add_argument("--allow-incomplete", action="store_true")
     r.add_argument("--allow-no-python", action="store_true")
     r.add_argument("--attest", action="store_true", help="workers attach signed attestations")
@@ -88,7 +89,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default 3; keep it below the registry's notification timeout, 5s in the docs)",
     )
     w.add_argument("--policy", action="append", default=[], metavar="FILE")
-    w.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    w.add_argument("--fail-on", choices=tuple(FAIL_ON), default="error")
     w.add_argument("--allow-incomplete", action="store_true")
     w.add_argument("--allow-no-python", action="store_true")
     w.add_argument("--attest", action="store_true", help="workers attach signed attestations")
@@ -117,7 +118,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
         metavar="PATTERN",
         help=f"a package column (fnmatch; default: {' '.join(DEFAULT_PACKAGES)})",
     )
-    p.add_argument("-f", "--format", choices=("table", "json", "html"), default="table")
+    p.add_argument("-f", "--format", choices=FLEET_FORMAT_NAMES, default="table")
     p.add_argument("-o", "--output", metavar="FILE")
 
 

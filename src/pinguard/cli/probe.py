@@ -11,6 +11,7 @@ import json
 import sys
 
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS
+from pinguard.report.formats import PROBE_FORMATS
 
 
 class _Ordered(argparse.Action):
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--import", action=_Ordered, metavar="MODULE", dest="loads_import")
     p.add_argument("--load", action=_Ordered, metavar="PATH", dest="loads_load")
     p.add_argument("--python", default="python3", help="the interpreter in the image")
-    p.add_argument("-f", "--format", choices=["table", "json"], default="table")
+    p.add_argument("-f", "--format", choices=PROBE_FORMATS, default="table")
     p.set_defaults(func=run, loads=[])
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pinguard.cli.common import FAIL_ON, source_options, write_output
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, UsageError
+from pinguard.report.formats import VERIFY_FORMATS
 
 _DURATION = re.compile(r"([0-9]+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="require the attested policy files to be these (repeatable)",
     )
     p.add_argument("--max-age", type=parse_duration, metavar="AGE", help="e.g. 30d, 12h")
-    p.add_argument("-f", "--format", choices=("table", "json"), default="table")
+    p.add_argument("-f", "--format", choices=VERIFY_FORMATS, default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
         "--attestation",

@@ -2,10 +2,15 @@
 ``--format`` name to its renderer, ``COMPARE_FORMATS`` does the same for ``pinguard compare``,
 ``LINT_FORMATS`` for ``pinguard lint``, and ``VERDICT_FORMATS`` names what ``pinguard gate``
 and ``pinguard guard`` print on stdout (their table, or the audit JSON with their verdict).
+The commands whose renderers sit above report/ are named here too, by name only:
+``VERIFY_FORMATS`` (attest/render.py), ``PROBE_FORMATS`` (cli/probe.py) and
+``FLEET_FORMAT_NAMES`` (fleet/render.py's ``FLEET_FORMATS``; a test holds them equal).
 
 Adding a format is adding a module to ``pinguard.report`` whose ``render(result, options)``
 follows the ``Renderer`` protocol, and one entry here; the CLI offers every key of
 ``FORMATS`` (in this order) and calls the renderer without knowing anything about it.
+Importing this module loads no renderer and no value (``models``): building a parser reads
+its tables.
 """
 
 from __future__ import annotations
@@ -14,12 +19,11 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pinguard.models import AuditResult
-from pinguard.report.options import DEFAULT_OPTIONS, CompareRenderer, Renderer, RenderOptions
-
 if TYPE_CHECKING:
     from pinguard.buildfile.lint import LintFinding
+    from pinguard.models import AuditResult
     from pinguard.report.lint import Errors, LintRenderer
+    from pinguard.report.options import CompareRenderer, Renderer, RenderOptions
 
 
 def _on_use(module: str, name: str = "render") -> Callable[..., str]:
@@ -68,13 +72,26 @@ LINT_FORMATS: Mapping[str, LintRenderer] = {
 #: ``pinguard gate`` and ``pinguard guard``: their own table, or the audit JSON plus a verdict.
 VERDICT_FORMATS: tuple[str, ...] = ("table", "json")
 
+#: ``pinguard verify``: its table, or the ``verify/v1`` JSON (attest/render.py).
+VERIFY_FORMATS: tuple[str, ...] = ("table", "json")
 
-def render(fmt: str, result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str:
+#: ``pinguard probe``: its table, or JSON (cli/probe.py).
+PROBE_FORMATS: tuple[str, ...] = ("table", "json")
+
+#: ``pinguard fleet run|report``: the keys of fleet/render.py's ``FLEET_FORMATS``.
+FLEET_FORMAT_NAMES: tuple[str, ...] = ("table", "json", "html")
+
+
+def render(fmt: str, result: AuditResult, options: RenderOptions | None = None) -> str:
     """The report of ``result`` in format ``fmt`` (a key of ``FORMATS``)."""
     try:
         renderer = FORMATS[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}") from None
+    if options is None:
+        from pinguard.report.options import DEFAULT_OPTIONS
+
+        options = DEFAULT_OPTIONS
     return renderer(result, options)
 
 
