@@ -28,8 +28,8 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from pinguard.audit.pipeline import audit_directory, audit_image
+from pinguard.cache.local import seal
 from pinguard.cli import main
-from pinguard.layers.cache import seal
 from pinguard.models import ChangeKind
 from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive
 from tests.infra.cli import PINGUARD_WITH_CTRL_C

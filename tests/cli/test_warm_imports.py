@@ -42,7 +42,7 @@ NOT_WARM_RESULT = (
     "pinguard.audit",
     "pinguard.catalog",
     "pinguard.layers.analysis",
-    "pinguard.layers.cachestore",
+    "pinguard.cache.store",
     "pinguard.models",
     "pinguard.policy.load",
     "pinguard.policy.engine",

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 import redis
 
+from pinguard.cache.backends.redis import LOCK_PREFIX, PREFIX
 from pinguard.cli import main
 from pinguard.fleet.dispatch import wait
 from pinguard.fleet.records import ResultStore
-from pinguard.layers.rediscache import LOCK_PREFIX, PREFIX
 from tests.infra.build import BASE_SITE_PACKAGES
 from tests.infra.fleet import Worker, enqueue_until_stalled, start_worker, stop_all
 from tests.infra.fleetimages import (

@@ -16,9 +16,9 @@ import jsonschema
 import pytest
 import redis
 
+from pinguard.cache.backends.redis import PREFIX
 from pinguard.cli import main
 from pinguard.fleet.records import ResultStore
-from pinguard.layers.rediscache import PREFIX
 from tests.infra.fleet import start_worker
 from tests.infra.redis import RedisServer
 from tests.infra.registry import RegistryServer, free_port

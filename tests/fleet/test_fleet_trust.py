@@ -26,14 +26,14 @@ import pytest
 import redis
 import yaml
 
+from pinguard.cache.backends.redis import PREFIX
+from pinguard.cache.store import CacheSpec, FleetKeys
 from pinguard.cli import build_parser, main
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
 from pinguard.fleet.app import QUEUE, make_app
 from pinguard.fleet.dispatch import enqueue, wait
 from pinguard.fleet.records import ImageRecord, ResultStore
 from pinguard.fleet.task import WorkerSettings, require_fleet_keys
-from pinguard.layers.cachestore import CacheSpec, FleetKeys
-from pinguard.layers.rediscache import PREFIX
 from tests.infra.fleet import start_worker, stop_all
 from tests.infra.paths import REPO
 from tests.infra.redis import RedisServer

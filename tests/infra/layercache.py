@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pinguard.audit.options import AuditOptions
 from pinguard.audit.pipeline import audit_image
-from pinguard.layers.cachestore import CacheSpec
+from pinguard.cache.store import CacheSpec
 from pinguard.models import AuditResult
 from pinguard.sources.interface import LayerRef
 

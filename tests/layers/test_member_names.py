@@ -19,8 +19,8 @@ import pytest
 
 from pinguard.audit.options import AuditOptions
 from pinguard.audit.pipeline import audit_image
+from pinguard.cache.local import LayerCache
 from pinguard.layers.analysis import LayerAnalysis, analyze_stream
-from pinguard.layers.cache import LayerCache
 from pinguard.layers.names import (
     ABSOLUTE,
     BACKSLASH,

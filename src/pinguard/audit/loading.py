@@ -22,12 +22,12 @@ from pinguard.audit.workers import (
     analyze_one,
     analyze_tree,
 )
+from pinguard.cache.local import LayerCache
+from pinguard.cache.store import LayerStore, VerifiedCache
 from pinguard.catalog import Analyzers
 from pinguard.errors import BlobVerificationError
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.blob import keep_chunk_memory
-from pinguard.layers.cache import LayerCache
-from pinguard.layers.cachestore import LayerStore, VerifiedCache
 from pinguard.models import LayerRead
 from pinguard.sources.interface import ImageSource, LayerRef
 

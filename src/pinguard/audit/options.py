@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pinguard.cache.store import CacheSpec
 from pinguard.catalog import AnalyzerOptions, Analyzers
-from pinguard.layers.cachestore import CacheSpec
 from pinguard.layers.limits import LayerLimits
 from pinguard.sources.interface import SourceOptions
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
+from pinguard.cache.store import LayerStore
 from pinguard.catalog import Analyzers
 from pinguard.errors import SourceError
 from pinguard.layers.analysis import (
@@ -24,7 +25,6 @@ from pinguard.layers.analysis import (
     analyze_directory,
     analyze_stream,
 )
-from pinguard.layers.cachestore import LayerStore
 from pinguard.layers.chunked import LazyUnavailable, TocPosition, analyze_chunked
 from pinguard.sources.interface import ImageSource, LayerRef
 

@@ -2,7 +2,7 @@
 
 Every cache entry pinguard keeps is named by ``digest_of(parts)``: the sha256 over each part
 followed by a NUL (so two parts never run together into a third). What goes into a key is
-the caller's business (``layers/cache.cache_key``: the entry format, the code that makes a
+the caller's business (``cache/local.cache_key``: the entry format, the code that makes a
 layer analysis, the analyzers; ``audit/replay.replay_key``: the image chain and the code that
 replays it; ``cli/warm.result_key``: everything an audit's report depends on); how it becomes
 a name is this module's. ``source_digest`` hashes a module's source (every module of a

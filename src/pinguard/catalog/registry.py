@@ -5,7 +5,7 @@ adding an analyzer is one entry here plus its module in ``pinguard/catalog/``. `
 is the set configured for one run: it gives the layer walk one selector (every analyzer's
 flags, OR-ed) and one stream opener (fanning a member out to each analyzer that asked to
 stream it, keeping {analyzer name: result}), the layer cache key (see
-``pinguard.layers.cache.cache_key``: the source of this package, and every analyzer's name,
+``pinguard.cache.local.cache_key``: the source of this package, and every analyzer's name,
 version, options and the source of the module defining it), and a fresh ``Catalog`` for
 replaying layers.
 """
@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pinguard.cache.key import source_digest
+from pinguard.cache.local import cache_key
 from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
 from pinguard.catalog.native.analyzer import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.cache import cache_key
 from pinguard.layers.tar import SKIP, STREAM, MemberStream, PartReader, Selector
 from pinguard.models import Snapshot
 

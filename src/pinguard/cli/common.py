@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pinguard.cache.entry import default_cache_dir
+from pinguard.cache.interface import LOCK_TTL, LOCK_WAIT
 from pinguard.errors import IncompleteAudit, UsageError
 from pinguard.fileio import atomic_write
-from pinguard.layers.cachebackend import LOCK_TTL, LOCK_WAIT
 from pinguard.layers.limits import LayerLimits
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from pinguard.audit.options import AuditOptions
-    from pinguard.layers.cachestore import CacheSpec
+    from pinguard.cache.store import CacheSpec
     from pinguard.models import AuditResult, Platform, Severity
     from pinguard.policy.model import Policy
     from pinguard.repair.resolve import IndexOptions
@@ -344,7 +344,7 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
     key files are loaded here, so a bad one is an error before any audit."""
     if not getattr(args, "shared_cache", None) or getattr(args, "no_cache", False):
         return None
-    from pinguard.layers.cachestore import CacheSpec, FleetKeys
+    from pinguard.cache.store import CacheSpec, FleetKeys
 
     spec = CacheSpec(
         url=args.shared_cache,

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pinguard.cache.store import CacheSpec, FleetKeys
 from pinguard.errors import ConfigError, PinguardError, UsageError
 from pinguard.fleet.records import ImageRecord, Package, ResultStore, record_id
-from pinguard.layers.cachestore import CacheSpec, FleetKeys
 from pinguard.models import AuditResult, Severity
 
 RESULTS_ENV = "PINGUARD_RESULTS_DIR"

@@ -3,8 +3,10 @@
 Manifests, indexes, image configs and layers of both families, the OCI empty descriptor
 (the config of an artifact such as an attestation), the groups the sources test a document
 against (``INDEX_TYPES``, ``MANIFEST_TYPES``, ``IMAGE_CONFIG_TYPES``, the layer prefixes) and
-the ``Accept`` header a registry pull sends. The manifest parser, the registry client, the
-referrers code and the test image writer all import them from here.
+the ``Accept`` header a registry pull sends, and pinguard's own layer cache entry (its DSSE
+payload type, and its artifact and layer types in a registry cache). The manifest parser, the
+registry client, the referrers code, the cache and the test image writer all import them
+from here.
 """
 
 from __future__ import annotations
@@ -30,3 +32,7 @@ IMAGE_CONFIG_TYPES = frozenset({OCI_CONFIG, DOCKER_CONFIG})
 LAYER_TYPE_PREFIXES = ("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")
 #: What a registry pull accepts for a manifest: indexes first, then single manifests.
 ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+#: A shared layer cache entry: its DSSE payload type and its layer's media type in a registry.
+LAYER_CACHE_ENTRY = "application/vnd.pinguard.layer-cache-entry+json"
+#: The artifact type of a layer cache entry's manifest in a registry cache repository.
+LAYER_CACHE_ARTIFACT = "application/vnd.pinguard.layer-cache-entry.v1+json"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pinguard.cache.backends.directory import SUFFIX
+from pinguard.cache.store import CacheSpec
 from pinguard.errors import UsageError
-from pinguard.layers.cachestore import CacheSpec
-from pinguard.layers.dircache import SUFFIX
 from tests.infra.layercache import LAYERS, audit, inventory
 
 

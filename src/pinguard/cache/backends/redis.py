@@ -1,7 +1,7 @@
 """The Redis backend of the shared layer cache: entry bytes under ``pinguard::layer::<name>``.
 
 Like trivy's ``fanal::blob::<key>``, one Redis string per layer analysis, named by the layer
-digest and the full cache key (``cachestore.entry_name``), written with ``SET ... EX ttl``
+digest and the full cache key (``pinguard.cache.store.entry_name``), written with ``SET ... EX ttl``
 when a TTL is set. An in-flight claim on a layer is ``SET pinguard::inflight::<name> TOKEN NX
 PX ttl``, extended and dropped by small scripts that act only while TOKEN still holds it.
 ``redis://`` is plain TCP, ``rediss://`` TLS (a CA bundle, and a client
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pinguard.layers.cachebackend import CacheUnavailable
+from pinguard.cache.interface import CacheUnavailable
 
 PREFIX = "pinguard::layer::"
 LOCK_PREFIX = "pinguard::inflight::"

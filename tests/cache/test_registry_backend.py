@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.layers.cachestore import CacheSpec, FleetKeys
-from pinguard.layers.registrycache import ARTIFACT_TYPE, ENTRY_MEDIA_TYPE
-from pinguard.sources.mediatypes import OCI_EMPTY, OCI_MANIFEST
+from pinguard.cache.store import CacheSpec, FleetKeys
+from pinguard.sources.mediatypes import (
+    LAYER_CACHE_ARTIFACT,
+    LAYER_CACHE_ENTRY,
+    OCI_EMPTY,
+    OCI_MANIFEST,
+)
 from pinguard.sources.registry import (
     EMPTY_DIGEST,
     RegistrySource,
@@ -49,9 +53,9 @@ def test_entries_are_tagged_artifacts_and_a_second_audit_reads_them(
     assert all(t.startswith("sha256-") and len(t) <= 128 for t in tags)
     body, _, _ = source.manifest_bytes(tags[0], OCI_MANIFEST)
     manifest = json.loads(body)
-    assert manifest["artifactType"] == ARTIFACT_TYPE
+    assert manifest["artifactType"] == LAYER_CACHE_ARTIFACT
     assert manifest["config"]["mediaType"] == OCI_EMPTY
-    assert [layer["mediaType"] for layer in manifest["layers"]] == [ENTRY_MEDIA_TYPE]
+    assert [layer["mediaType"] for layer in manifest["layers"]] == [LAYER_CACHE_ENTRY]
     assert not [n for n in second.notes if "layer cache" in n]
 
 
@@ -77,9 +81,9 @@ def test_a_poisoned_or_truncated_entry_is_rejected(
         manifest = {
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
-            "artifactType": ARTIFACT_TYPE,
+            "artifactType": LAYER_CACHE_ARTIFACT,
             "config": {"mediaType": OCI_EMPTY, "digest": EMPTY_DIGEST, "size": 2},
-            "layers": [{"mediaType": ENTRY_MEDIA_TYPE, "digest": digest, "size": len(data)}],
+            "layers": [{"mediaType": LAYER_CACHE_ENTRY, "digest": digest, "size": len(data)}],
         }
         push_manifest(source.client, tag, canonical(manifest), OCI_MANIFEST)
     result, cached = audit(demo, CacheSpec(url, fleet))

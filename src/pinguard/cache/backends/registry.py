@@ -7,8 +7,8 @@ the empty config and one layer (the entry's bytes: canonical JSON or a DSSE enve
 tagged ``<algo>-<hex>.<key>``: the layer digest and the full cache key, which covers the
 analyzers' versions (a valid tag: at most 128 characters of ``[A-Za-z0-9_.-]``). Reading
 fetches the manifest by tag and the layer blob by digest (verified against it, as every
-blob is); the entry inside is then verified by ``cachestore`` like any other. A missing tag
-is a miss; a manifest that is not such an artifact is a rejected entry; a registry that
+blob is); the entry inside is then verified by ``pinguard.cache.store`` like any other. A
+missing tag is a miss; a manifest that is not such an artifact is a rejected entry; a registry that
 cannot be reached is ``CacheUnavailable``. One retry, short timeouts: a cache must not
 stall an audit. Credentials come from the docker config, as for images.
 """
@@ -18,11 +18,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pinguard.cache.interface import MAX_ENTRY_BYTES, CacheUnavailable, EntryRejected
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
-from pinguard.layers.cachebackend import MAX_ENTRY_BYTES, CacheUnavailable, EntryRejected
+from pinguard.sources.mediatypes import (
+    LAYER_CACHE_ARTIFACT,
+    LAYER_CACHE_ENTRY,
+    OCI_EMPTY,
+    OCI_MANIFEST,
+)
 
-ARTIFACT_TYPE = "application/vnd.pinguard.layer-cache-entry.v1+json"
-ENTRY_MEDIA_TYPE = "application/vnd.pinguard.layer-cache-entry+json"
 TIMEOUT = 10.0
 
 
@@ -55,8 +59,6 @@ class RegistryBackend:
         return self._source
 
     def load(self, name: str) -> bytes | None:
-        from pinguard.sources.mediatypes import OCI_MANIFEST
-
         try:
             body, _, _ = self.source().manifest_bytes(name, OCI_MANIFEST)
         except ImageNotFound:
@@ -71,7 +73,7 @@ class RegistryBackend:
             digest, size = str(layer["digest"]), int(layer["size"])
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise EntryRejected(f"its manifest is not a cache entry: {exc!r:.80}") from None
-        if kind != ARTIFACT_TYPE or len(layers) != 1:
+        if kind != LAYER_CACHE_ARTIFACT or len(layers) != 1:
             raise EntryRejected(
                 f"its manifest is of artifact type {kind!r}, with {len(layers)} layer(s)"
             )
@@ -87,7 +89,6 @@ class RegistryBackend:
             raise CacheUnavailable(str(exc)) from None
 
     def save(self, name: str, data: bytes) -> None:
-        from pinguard.sources.mediatypes import OCI_EMPTY, OCI_MANIFEST
         from pinguard.sources.registry import (
             EMPTY_BLOB,
             EMPTY_DIGEST,
@@ -103,9 +104,9 @@ class RegistryBackend:
             manifest = {
                 "schemaVersion": 2,
                 "mediaType": OCI_MANIFEST,
-                "artifactType": ARTIFACT_TYPE,
+                "artifactType": LAYER_CACHE_ARTIFACT,
                 "config": {"mediaType": OCI_EMPTY, "digest": EMPTY_DIGEST, "size": 2},
-                "layers": [{"mediaType": ENTRY_MEDIA_TYPE, "digest": digest, "size": len(data)}],
+                "layers": [{"mediaType": LAYER_CACHE_ENTRY, "digest": digest, "size": len(data)}],
             }
             push_manifest(source.client, name, canonical(manifest), OCI_MANIFEST)
         except SourceError as exc:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pinguard.cache.local import LayerCache
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.cache import LayerCache
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from pinguard.cache.backends.redis import PREFIX
+from pinguard.cache.store import CacheSpec, FleetKeys
 from pinguard.cli import main
-from pinguard.layers.cachestore import CacheSpec, FleetKeys
-from pinguard.layers.rediscache import PREFIX
 from tests.infra.layercache import LAYERS, audit, inventory
 from tests.infra.redis import RedisServer, running_redis, tls_files
 from tests.infra.registry import free_port

@@ -2,8 +2,8 @@
 
 ``file:///PATH`` names a directory several workers share (one host's disk, or a network
 file system): each entry is a file named like the Redis key's last part
-(``cachestore.entry_name``), written through a temporary file and renamed, so a reader sees
-a whole entry or none; entries are readable by all (0644), as workers may run as other
+(``pinguard.cache.store.entry_name``), written through a temporary file and renamed, so a
+reader sees a whole entry or none; entries are readable by all (0644), as workers may run as other
 users. It holds the same verified (optionally signed) entries as Redis and the registry, so
 the fleet's checks apply to it alike. A directory that cannot be created, read or written
 is ``CacheUnavailable``.
@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from pinguard.layers.cachebackend import MAX_ENTRY_BYTES, CacheUnavailable, EntryRejected
+from pinguard.cache.interface import MAX_ENTRY_BYTES, CacheUnavailable, EntryRejected
 
 SUFFIX = ".entry"
 

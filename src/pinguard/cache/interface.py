@@ -1,11 +1,11 @@
 """What a shared cache backend is: bytes by name, and the two ways it can fail.
 
 ``CacheBackend`` is the contract the Redis and registry backends implement
-(``pinguard.layers.rediscache``, ``pinguard.layers.registrycache``); ``CacheUnavailable``
+(``pinguard.cache.backends.redis``, ``pinguard.cache.backends.registry``); ``CacheUnavailable``
 says a backend could not be reached, ``EntryRejected`` why an entry read is not used, and
 ``MAX_ENTRY_BYTES`` bounds what one entry may hold; ``LockingBackend`` is a backend that can
 also hold short-lived in-flight claims (Redis), for ``LOCK_TTL`` and waited on for at most
-``LOCK_WAIT`` by default. ``pinguard.layers.cachestore`` builds the verified cache on top;
+``LOCK_WAIT`` by default. ``pinguard.cache.store`` builds the verified cache on top;
 keeping these here lets the backends sit below it without importing it (and the command line
 show the defaults without loading it).
 """

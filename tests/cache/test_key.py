@@ -23,9 +23,9 @@ import pytest
 import pinguard
 from pinguard.audit.options import AuditOptions
 from pinguard.audit.pipeline import audit_image
+from pinguard.cache.local import LayerCache, seal, unseal
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.cache import LayerCache, seal, unseal
 from pinguard.testing.demo import build_demo
 
 PACKAGE = Path(pinguard.__file__).parent

@@ -1,10 +1,10 @@
 """Where per-layer analyses are kept: the cache interface, shared backends and their entries.
 
 ``LayerStore`` is what the pipeline reads and writes (``get(digest)``, ``put(analysis)``,
-``report()``); ``pinguard.layers.cache.LayerCache`` (a directory) is one, and
+``report()``); ``pinguard.cache.local.LayerCache`` (a directory) is one, and
 ``VerifiedCache`` is the other: a store over any ``CacheBackend`` (bytes by name: Redis in
-``pinguard.layers.rediscache``, a registry repository in ``pinguard.layers.registrycache``,
-a shared directory in ``pinguard.layers.dircache``)
+``pinguard.cache.backends.redis``, a registry repository in ``pinguard.cache.backends.registry``,
+a shared directory in ``pinguard.cache.backends.directory``)
 shared by many hosts. A shared store cannot trust what it reads, so every entry carries the
 layer digest, the full cache key (which covers the analyzers' names, versions, options and
 code) and the analyzers' ``name=version`` list, plus the sha256 of its own canonical JSON;
@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pinguard.layers.analysis import LayerAnalysis
-from pinguard.layers.cachebackend import (
+from pinguard.cache.interface import (
     LOCK_TTL,
     LOCK_WAIT,
     MAX_ENTRY_BYTES,
@@ -44,9 +43,10 @@ from pinguard.layers.cachebackend import (
     EntryRejected,
     LockingBackend,
 )
+from pinguard.layers.analysis import LayerAnalysis
+from pinguard.sources.mediatypes import LAYER_CACHE_ENTRY
 
 ENTRY_FORMAT = "pinguard/layer-cache-entry/1"
-ENTRY_PAYLOAD_TYPE = "application/vnd.pinguard.layer-cache-entry+json"
 
 
 class LayerStore(Protocol):
@@ -113,7 +113,7 @@ def decode_entry(
             envelope = dsse.parse(data)
         except EnvelopeError as exc:
             raise EntryRejected(f"bad envelope: {exc}") from None
-        if envelope.payload_type != ENTRY_PAYLOAD_TYPE:
+        if envelope.payload_type != LAYER_CACHE_ENTRY:
             raise EntryRejected(f"envelope payload type is {envelope.payload_type!r}")
         if trusted:
             errors = []
@@ -243,7 +243,7 @@ class VerifiedCache:
         if signer is not None:
             from pinguard.signing import dsse
 
-            data = dsse.sign(data, signer, ENTRY_PAYLOAD_TYPE).to_json().encode("utf-8")
+            data = dsse.sign(data, signer, LAYER_CACHE_ENTRY).to_json().encode("utf-8")
         try:
             self.backend.save(entry_name(analysis.digest, self.key), data)
         except CacheUnavailable as exc:
@@ -363,18 +363,18 @@ class CacheSpec:
         from pinguard.errors import UsageError
 
         if self.url.startswith("file://"):
-            from pinguard.layers.dircache import DirectoryBackend
+            from pinguard.cache.backends.directory import DirectoryBackend
 
             path = self.url[len("file://") :]
             if not path.startswith("/"):
                 raise UsageError(f"--cache {self.url!r}: expected file:///ABSOLUTE/PATH")
             return DirectoryBackend(Path(path))
         if self.url.startswith("registry://"):
-            from pinguard.layers.registrycache import RegistryBackend
+            from pinguard.cache.backends.registry import RegistryBackend
 
             return RegistryBackend(self.url[len("registry://") :], insecure=self.insecure)
         if self.url.startswith(("redis://", "rediss://", "unix://")):
-            from pinguard.layers.rediscache import RedisBackend
+            from pinguard.cache.backends.redis import RedisBackend
 
             return RedisBackend(
                 self.url,

@@ -4,14 +4,15 @@ A layer's analysis never changes for a given digest and the code that produced i
 second audit of the same image reads no layer again. The key (``cache_key``) covers all of
 that code without anyone having to remember a version bump: the entry format version, a
 digest of the source of every module in ``pinguard.layers`` (verifier, inflater, tar walk,
-whiteout recording, this format), and the parts the analyzer registry adds (the source of
-its package: the analyzers, their protocol and registry; each analyzer's name, explicit version,
-options, and the source of the module that defines it, so an analyzer living elsewhere is
-covered too), hashed by the one key function (``pinguard.cache.key.digest_of``). Entries
-are JSON files in the one entry format (``pinguard.cache.entry``: sealed with the sha256 of
-their canonical JSON, checked on read, written atomically), so two runs sharing a cache
-directory never see a half-written entry, and an unreadable entry, or one altered after it
-was written (even into valid JSON), is treated as missing.
+whiteout recording) and ``pinguard.cache`` (this format, the stores), and the parts the
+analyzer registry adds (the source of its package: the analyzers, their protocol and
+registry; each analyzer's name, explicit version, options, and the source of the module that
+defines it, so an analyzer living elsewhere is covered too), hashed by the one key function
+(``pinguard.cache.key.digest_of``). Entries are JSON files in the one entry format
+(``pinguard.cache.entry``: sealed with the sha256 of their canonical JSON, checked on read,
+written atomically), so two runs sharing a cache directory never see a half-written entry,
+and an unreadable entry, or one altered after it was written (even into valid JSON), is
+treated as missing.
 """
 
 from __future__ import annotations
