@@ -1,5 +1,7 @@
 """The import graph of ``src/pinguard``: no module imports itself back, through any path, and
-no package (``pinguard.<name>``) does either; layers/ never names the catalog above it, and
+no package (``pinguard.<name>``) does either; layers/ never names the catalog above it, nor
+imports the sources or the cache; the cache's key, entry and backend interface import
+nothing above ``errors`` and ``fileio`` (a warm audit reads its entry with them alone); and
 nothing outside sources/ imports one of the registry client's modules (only its package).
 
 Every ``import`` statement counts, at module level or inside a function (a lazy import is
@@ -145,3 +147,31 @@ def test_only_sources_opens_the_registry_packages_modules() -> None:
         if t.startswith("pinguard.sources.registry.")
     ]
     assert private == []
+
+
+def _outside(package: str) -> set[str]:
+    """What the modules of ``package`` import from outside it."""
+    return {
+        t
+        for m, ts in _edges(_modules()).items()
+        if m == package or m.startswith(package + ".")
+        for t in ts
+        if not (t == package or t.startswith(package + "."))
+    }
+
+
+def test_layers_imports_nothing_from_sources_nor_the_cache() -> None:
+    """layers/ reads a stream it is handed: it knows neither where the stream came from
+    (sources/, the registry client) nor where its analysis is kept (cache/)."""
+    named = sorted(
+        t
+        for t in _outside("pinguard.layers")
+        if t.startswith(("pinguard.sources", "pinguard.cache"))
+    )
+    assert named == []
+
+
+def test_the_cache_ground_imports_nothing_above_fileio() -> None:
+    edges = _edges(_modules())
+    for module in ("pinguard.cache.key", "pinguard.cache.entry", "pinguard.cache.interface"):
+        assert edges[module] <= {"pinguard.errors", "pinguard.fileio"}, module

@@ -27,13 +27,13 @@ import pytest
 import requests
 
 from pinguard.cli import main
+from pinguard.digest import Digest
 from pinguard.errors import (
     ConfigError,
     InvalidDigest,
     SourceError,
     UnsupportedArtifact,
 )
-from pinguard.sources.digest import Digest
 from pinguard.sources.interface import LayerRef, SourceOptions
 from pinguard.sources.mediatypes import OCI_INDEX, OCI_MANIFEST
 from pinguard.sources.oci import OCIArchiveSource, OCILayoutSource

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from pinguard.digest import Digest
 from pinguard.errors import BlobVerificationError, LayerError
 from pinguard.layers import blob
 from pinguard.layers.blob import (
@@ -46,7 +47,6 @@ from pinguard.layers.tar import (
     normalize,
     walk_members,
 )
-from pinguard.sources.digest import Digest
 
 __all__ = [
     "HASH_AHEAD",

@@ -20,10 +20,10 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from pinguard.digest import is_digest
 from pinguard.errors import ImageNotFound, SourceError
 from pinguard.sources import manifest as mf
 from pinguard.sources import mediatypes as mt
-from pinguard.sources.digest import is_digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.oci import split_path_and_tag
 from pinguard.sources.tarindex import TarIndex

@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pinguard.digest import Digest
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError, UnsupportedArtifact
-from pinguard.sources.digest import Digest
 from pinguard.sources.interface import LayerRef, ResolvedImage
 from pinguard.sources.mediatypes import (
     DOCKER_LAYER,

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pinguard.digest import Digest
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.sources import manifest as mf
-from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.tarindex import TarIndex
 from pinguard.target import Platform, host_platform, platform_matches

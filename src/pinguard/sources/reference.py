@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pinguard.digest import Digest
 from pinguard.errors import InvalidDigest, InvalidReference
-from pinguard.sources.digest import Digest
 
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"

@@ -43,8 +43,8 @@ from urllib.parse import urljoin, urlsplit
 import requests
 import urllib3
 
+from pinguard.digest import Digest
 from pinguard.errors import ImageNotFound, SourceError
-from pinguard.sources.digest import Digest
 from pinguard.sources.interface import SourceOptions
 from pinguard.sources.reference import DockerReference, parse_reference
 from pinguard.sources.registry.auth import RegistryAuth

@@ -21,9 +21,9 @@ from typing import Any, BinaryIO
 import requests
 import urllib3
 
+from pinguard.digest import Digest
 from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
 from pinguard.sources import manifest as mf
-from pinguard.sources.digest import Digest
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.manifest import descriptor_platform, platform_from_config, verify_bytes
 from pinguard.sources.mediatypes import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST
