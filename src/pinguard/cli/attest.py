@@ -67,15 +67,8 @@ def attestation_time() -> _dt.datetime:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinguard.attest.statement import (
-        PREDICATE_TYPE,
-        build_statement,
-        format_time,
-        policy_digests,
-        require_judgement,
-        statement_bytes,
-    )
-    from pinguard.signing import dsse
+    from pinguard.attest.sign import sign_result
+    from pinguard.attest.statement import require_judgement
     from pinguard.signing.keys import load_private_key
 
     if not args.policy or "none" in args.policy:
@@ -115,38 +108,25 @@ def run(args: argparse.Namespace) -> int:
             "the predicate says so"
         )
         return EXIT_IMAGE
-    statement = build_statement(
+    signed = sign_result(
         result,
-        policies=policy_digests(policy.files),
+        key,
+        policy_files=policy.files,
         fail_on=FAIL_ON[args.fail_on],
         allow_incomplete=args.allow_incomplete,
         allow_no_python=args.allow_no_python,
         now=now,
+        push_to=registry_name if args.push else None,
+        source_options=source_options(args),
     )
-    envelope = dsse.sign(statement_bytes(statement), key).to_json()
     if args.output:
-        atomic_write(args.output, envelope)
-    if args.push:
-        from pinguard.attest.store import push_attestation
-        from pinguard.sources.registry import RegistrySource
-
-        digest = str(result.image.manifest_digest)
-        assert registry_name is not None  # refused above
-        source = RegistrySource(registry_name, source_options(args))
-        try:
-            attached = push_attestation(
-                source,
-                digest,
-                envelope.encode(),
-                predicate_type=PREDICATE_TYPE,
-                created=format_time(now),
-            )
-        finally:
-            source.close()
+        atomic_write(args.output, signed.envelope)
+    if signed.attached is not None:
+        attached = signed.attached
         how = f"tag {attached.tag}" if attached.tag else "the referrers API"
+        digest = result.image.manifest_digest
         print(f"attached {attached.digest} to {digest} (via {how})", file=sys.stderr)
     if not args.output and not args.push:
-        sys.stdout.write(envelope)
-    verdict = statement["predicate"]["verdict"]
-    print(f"attested verdict: {verdict}", file=sys.stderr)
-    return 0 if verdict == "pass" else 1
+        sys.stdout.write(signed.envelope)
+    print(f"attested verdict: {signed.verdict}", file=sys.stderr)
+    return 0 if signed.verdict == "pass" else 1

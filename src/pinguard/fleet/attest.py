@@ -33,19 +33,10 @@ def attest_result(
     allow_no_python: bool,
     insecure_registries: tuple[str, ...] = (),
 ) -> str | None:
-    from pinguard.attest.statement import (
-        PREDICATE_TYPE,
-        build_statement,
-        format_time,
-        policy_digests,
-        require_judgement,
-        statement_bytes,
-    )
-    from pinguard.attest.store import push_attestation
-    from pinguard.signing import dsse
+    from pinguard.attest.sign import sign_result
+    from pinguard.attest.statement import require_judgement
     from pinguard.signing.keys import load_private_key
     from pinguard.sources.interface import SourceOptions
-    from pinguard.sources.registry import RegistrySource
 
     if not reference.startswith(DOCKER) or result.image.manifest_digest is None:
         return None
@@ -55,27 +46,16 @@ def attest_result(
         raise AttestError(f"not attesting {reference}: {exc}") from None
     if result.incomplete and not allow_incomplete:
         return None
-    now = _dt.datetime.now(tz=_dt.timezone.utc)
-    statement = build_statement(
+    signed = sign_result(
         result,
-        policies=policy_digests(policy.files),
+        load_private_key(key_path),
+        policy_files=policy.files,
         fail_on=fail_on,
         allow_incomplete=allow_incomplete,
         allow_no_python=allow_no_python,
-        now=now,
+        now=_dt.datetime.now(tz=_dt.timezone.utc),
+        push_to=reference[len(DOCKER) :],
+        source_options=SourceOptions(insecure_registries=insecure_registries),
     )
-    envelope = dsse.sign(statement_bytes(statement), load_private_key(key_path)).to_json()
-    source = RegistrySource(
-        reference[len(DOCKER) :], SourceOptions(insecure_registries=insecure_registries)
-    )
-    try:
-        attached = push_attestation(
-            source,
-            str(result.image.manifest_digest),
-            envelope.encode(),
-            predicate_type=PREDICATE_TYPE,
-            created=format_time(now),
-        )
-    finally:
-        source.close()
-    return attached.digest
+    assert signed.attached is not None  # pushed: push_to was given
+    return signed.attached.digest
