@@ -11,6 +11,9 @@ still a loop), read with ``ast`` from the source files.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "pinguard"
@@ -172,6 +175,15 @@ def test_layers_imports_nothing_from_sources_nor_the_cache() -> None:
 
 
 def test_the_cache_ground_imports_nothing_above_fileio() -> None:
-    edges = _edges(_modules())
-    for module in ("pinguard.cache.key", "pinguard.cache.entry", "pinguard.cache.interface"):
-        assert edges[module] <= {"pinguard.errors", "pinguard.fileio"}, module
+    """What a warm audit reads its entry with: importing the key, entry and backend interface
+    modules loads no other pinguard module but ``errors`` and ``fileio`` (in a fresh
+    interpreter, as the warm audit starts)."""
+    names = ("pinguard.cache.key", "pinguard.cache.entry", "pinguard.cache.interface")
+    probe = f"import sys, {', '.join(names)}; print(' '.join(sorted(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    loaded = {m for m in out.stdout.split() if m.startswith("pinguard")}
+    assert loaded <= {"pinguard", "pinguard.cache", "pinguard.errors", "pinguard.fileio", *names}
+    assert "packaging" not in out.stdout.split()

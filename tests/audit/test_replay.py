@@ -140,7 +140,7 @@ def test_the_key_follows_everything_a_replay_depends_on(monkeypatch: pytest.Monk
     and the packaging release each give another key; the same inputs the same key."""
     import packaging
 
-    from pinguard.audit.replay import replay_key
+    from pinguard.cache.key import replay_key
     from pinguard.models import Platform
     from pinguard.sources.interface import LayerRef
 

@@ -7,12 +7,12 @@ itself; the packages are compared with an audit made without any cache.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from pinguard.cache.backends.directory import SUFFIX
+from pinguard.cache.entry import unseal
 from pinguard.cache.store import CacheSpec
 from pinguard.errors import UsageError
 from tests.infra.layercache import LAYERS, audit, inventory
@@ -29,7 +29,10 @@ def test_a_second_audit_reads_every_layer_from_the_directory(demo: str, tmp_path
     files = sorted((tmp_path / "shared").iterdir())
     assert len(files) == LAYERS
     assert all(f.name.endswith(SUFFIX) and f.name.startswith("sha256-") for f in files)
-    assert json.loads(files[0].read_bytes())["format"] == "pinguard/layer-cache-entry/1"
+    entry = unseal(files[0].read_bytes())  # sealed as every entry is, its digest first
+    assert entry is not None
+    assert entry["format"] == "pinguard/layer-cache-entry/2"
+    assert entry["layer"] == files[0].name.split(".")[0].replace("-", ":", 1)
     assert all(f.stat().st_mode & 0o777 == 0o644 for f in files)  # other workers read them
     assert not any("layer cache" in n for n in second.notes)
 

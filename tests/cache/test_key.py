@@ -23,7 +23,8 @@ import pytest
 import pinguard
 from pinguard.audit.options import AuditOptions
 from pinguard.audit.pipeline import audit_image
-from pinguard.cache.local import LayerCache, seal, unseal
+from pinguard.cache.entry import seal, unseal
+from pinguard.cache.local import LayerCache
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.testing.demo import build_demo
@@ -39,7 +40,7 @@ from pinguard.audit.pipeline import audit_image
 assert Path(pinguard.__file__).is_relative_to(sys.argv[1]), pinguard.__file__
 if len(sys.argv) > 2:
     audit_image(sys.argv[2], options=AuditOptions(cache_dir=Path(sys.argv[3])))
-print(AuditOptions().analyzers().key())
+print(AuditOptions().layers_key())
 """
 
 
@@ -91,7 +92,7 @@ def demo(tmp_path: Path) -> str:
 
 def test_unedited_copy_has_the_same_key(tmp_path: Path) -> None:
     """The key depends on the code, not on where the package is installed."""
-    assert _key_in(_copy(tmp_path, None)) == AuditOptions().analyzers().key()
+    assert _key_in(_copy(tmp_path, None)) == AuditOptions().layers_key()
 
 
 EDITS = {
@@ -113,12 +114,12 @@ EDITS = {
 @pytest.mark.parametrize("what", sorted(EDITS))
 def test_any_producing_code_change_changes_the_key(tmp_path: Path, what: str) -> None:
     """Editing any module that produces a cached analysis gives a different key."""
-    assert _key_in(_copy(tmp_path, EDITS[what])) != AuditOptions().analyzers().key()
+    assert _key_in(_copy(tmp_path, EDITS[what])) != AuditOptions().layers_key()
 
 
 def test_options_change_the_key() -> None:
     """--verify-records keeps file hashes, so its entries are keyed apart."""
-    assert AuditOptions(verify_records=True).analyzers().key() != AuditOptions().analyzers().key()
+    assert AuditOptions(verify_records=True).layers_key() != AuditOptions().layers_key()
 
 
 def test_entry_of_another_walker_is_not_reused(demo: str, tmp_path: Path) -> None:

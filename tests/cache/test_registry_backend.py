@@ -73,7 +73,7 @@ def test_a_poisoned_or_truncated_entry_is_rejected(
     body, _, _ = source.manifest_bytes(truncated_tag, OCI_MANIFEST)
     real = source.blob_bytes(json.loads(body)["layers"][0]["digest"], 1 << 26)
     for tag, data in (
-        (unsigned_tag, b'{"format": "pinguard/layer-cache-entry/1"}'),
+        (unsigned_tag, b'{"format": "pinguard/layer-cache-entry/2"}'),
         (truncated_tag, real[:100]),
     ):
         push_blob(source.client, b"{}")

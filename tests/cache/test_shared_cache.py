@@ -55,7 +55,7 @@ def test_second_audit_reads_every_layer_from_redis_and_finds_the_same(
     client = redis.Redis.from_url(server.url())
     assert all(0 < client.ttl(k) <= 3600 for k in stored)
     doc = json.loads(next(iter(stored.values())))
-    assert doc["format"] == "pinguard/layer-cache-entry/1"
+    assert doc["format"] == "pinguard/layer-cache-entry/2"
     assert any(a.startswith("python=") for a in doc["analyzers"])
     assert not any("layer cache" in n for n in second.notes)
 

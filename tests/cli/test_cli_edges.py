@@ -28,7 +28,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from pinguard.audit.pipeline import audit_directory, audit_image
-from pinguard.cache.local import seal
+from pinguard.cache.entry import seal
 from pinguard.cli import main
 from pinguard.models import ChangeKind
 from pinguard.testing.demo import Dist, Layer, build_demo, demo_layers, write_oci_archive

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pinguard.cache.key import RESULT_FORMAT
 from pinguard.cli import main, warm
 from pinguard.policy.load import load_policy
 from pinguard.testing.demo import build_demo
@@ -168,7 +169,7 @@ def test_the_window_is_where_no_waiver_changes_state(tmp_path: Path) -> None:
     assert warm._window(policy, today) == ("2026-12-02", "2026-12-10")
     digest = policy.source.files[0][1]
     entry = {
-        "format": warm.FORMAT,
+        "format": RESULT_FORMAT,
         "report": "r",
         "exit": 0,
         "policy": [[str(path), digest]],

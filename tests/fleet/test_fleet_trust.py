@@ -13,7 +13,6 @@ Debian's ``docker-registry``, keys made by ``openssl``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ import redis
 import yaml
 
 from pinguard.cache.backends.redis import PREFIX
+from pinguard.cache.entry import seal, unseal
 from pinguard.cache.store import CacheSpec, FleetKeys
 from pinguard.cli import build_parser, main
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
@@ -185,16 +185,14 @@ def redigest(entry: bytes) -> bytes | None:
     """``entry`` (an unsigned cache entry) with TRUE_NCCL replaced by FORGED_NCCL in its
     analysis and its content digest recomputed: well formed, for the right layer and key.
     None when the entry does not mention TRUE_NCCL."""
-    doc = json.loads(entry)
-    assert "payloadType" not in doc  # unsigned: written by an unsigned worker
+    assert entry.startswith(b'{"content":')  # unsigned (sealed, no envelope): an unsigned worker's
+    doc = unseal(entry)
+    assert doc is not None
     analysis = json.dumps(doc["analysis"])
     if TRUE_NCCL not in analysis:
         return None
     doc["analysis"] = json.loads(analysis.replace(TRUE_NCCL, FORGED_NCCL))
-    del doc["content"]
-    canonical = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-    doc["content"] = "sha256:" + hashlib.sha256(canonical).hexdigest()
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    return seal(doc).encode()  # sealed again, as anyone can: the digest catches damage only
 
 
 def fleet_image(tmp_path: Path, ref: str, broker: RedisServer, results: Path) -> dict[str, Any]:

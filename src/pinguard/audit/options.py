@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pinguard.cache.key import layer_store_key
 from pinguard.cache.store import CacheSpec
 from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.layers.limits import LayerLimits
@@ -39,5 +40,5 @@ class AuditOptions:
     def layers_key(self) -> str:
         """The layer cache key: the analyzers, the limits, and a lazy read's own suffix, so
         an analysis read from a TOC never answers for a full read."""
-        lazy = "-lazy" if self.layer_read == "lazy" else ""
-        return f"{self.analyzers().key()}-{self.limits.key()}{lazy}"
+        lazy = self.layer_read == "lazy"
+        return layer_store_key(self.analyzers().key(), self.limits.key(), lazy=lazy)

@@ -4,13 +4,13 @@ Owns one entry per image chain: everything ``steps.build_result`` derives from t
 analyses (each step with its changes, causes and unmet requirements, each step's snapshot
 with the loader's resolutions, the incomplete items, the history notes, the final file
 digests), so a warm audit reads one entry instead of every layer's analysis and replays
-nothing. The key (``replay_key``, by the one key function ``pinguard.cache.key.digest_of``)
-covers the entry format, the source of every module that takes part in the replay
-(``pinguard.audit``, ``pinguard.cache``, ``pinguard.layers``, ``pinguard.catalog``,
-``pinguard.models``, ``pinguard.target``), the Python and ``packaging`` versions (PEP 440
-order and markers), the layer cache's key (the analyzers' names, versions and options) and
-limits, the platform, the image config's canonical JSON (its history, Env and diff_ids) and
-the chain of layer digests and diff_ids in order. Entries are kept in the one entry format
+nothing. The key (``pinguard.cache.key.replay_key``, made in the one key module) covers the
+entry format, the source of every module that takes part in the replay (``pinguard.audit``,
+``pinguard.cache``, ``pinguard.layers``, ``pinguard.catalog``, ``pinguard.models``,
+``pinguard.target``), the Python and ``packaging`` versions (PEP 440 order and markers), the
+layer cache's key (the analyzers' names, versions and options) and limits, the platform, the
+image config's canonical JSON (its history, Env and diff_ids) and the chain of layer digests
+and diff_ids in order. Entries are kept in the one entry format
 (``pinguard.cache.entry.EntryDir``: written atomically, sealed with the sha256 of their own
 canonical JSON, as layer entries are); an entry that fails that check, or does not decode
 into the models, is a miss. Values are encoded from the frozen models by their type hints,
@@ -25,47 +25,30 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import enum
-import json
 import os
-import sys
 import types
 import typing
 import warnings
-from collections.abc import Sequence
 from functools import cache
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import packaging
-
 from pinguard.cache.entry import EntryDir
-from pinguard.cache.key import digest_of, source_digest
+from pinguard.cache.key import REPLAY_FORMAT, replay_key
 from pinguard.models import (
     AuditResult,
     Distribution,
     Environment,
     ImageInfo,
     Incomplete,
-    Platform,
     Snapshot,
     Step,
 )
-from pinguard.sources.interface import LayerRef, ResolvedImage
+from pinguard.sources.interface import ResolvedImage
 
 if TYPE_CHECKING:
     from pinguard.audit.options import AuditOptions
 
-FORMAT = "1"
-#: Modules whose source is part of the key: all the code a replay runs.
-REPLAYERS = (
-    "pinguard.audit",
-    "pinguard.cache",
-    "pinguard.layers",
-    "pinguard.catalog",
-    "pinguard.models",
-    "pinguard.target",
-)
 _SHARED = (Distribution, Environment)  # written once per entry, referenced by index
 
 
@@ -78,28 +61,6 @@ class Replay:
     incomplete: tuple[Incomplete, ...]
     notes: tuple[str, ...]  # the history's notes (the source's own notes are not kept)
     file_digests: tuple[tuple[str, str], ...]
-
-
-def replay_key(
-    layers_key: str,
-    platform: Platform | None,
-    config: dict[str, Any],
-    layers: Sequence[LayerRef],
-) -> str:
-    """The entry key for this image chain replayed by this code with these analyzers."""
-    # packaging orders versions and evaluates markers: another release may judge otherwise
-    parts = [
-        f"replay={FORMAT}",
-        layers_key,
-        repr(platform),
-        f"python={sys.version_info[:3]}",
-        f"packaging={packaging.__version__}",
-        *(f"{name}={source_digest(import_module(name))}" for name in REPLAYERS),
-        json.dumps(config, sort_keys=True, separators=(",", ":")),
-    ]
-    for layer in layers:
-        parts += [layer.digest, layer.diff_id or ""]
-    return digest_of(parts)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -314,12 +275,12 @@ class StepEncoder:
         body = _encode(rest, self._shared, self._table)
         body["steps"] = self._steps
         body["snapshots"] = self._snapshots
-        return {"format": FORMAT, "table": self._table, "replay": body}
+        return {"format": REPLAY_FORMAT, "table": self._table, "replay": body}
 
 
 def decode(data: dict[str, Any]) -> Replay:
     """The ``Replay`` that ``encode`` wrote; raises ``TypeError``/``KeyError`` when it is not."""
-    if data.get("format") != FORMAT:
+    if data.get("format") != REPLAY_FORMAT:
         raise TypeError("another entry format")
     table = data["table"]
     if not isinstance(table, list):

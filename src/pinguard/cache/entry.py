@@ -1,14 +1,15 @@
-"""The one entry format of the local caches, and a directory of entries by kind.
+"""The one entry format of every cache, and a directory of entries by kind.
 
 An entry is canonical JSON (sorted keys, no spaces) with ``content``, the sha256 of that
 JSON, written as its first key (``seal``); ``unseal`` checks the digest over the bytes as
-stored and returns None for anything else, so an entry cut short, altered after it was
+stored and returns None for anything else (a shared layer entry is the same, inside a DSSE
+envelope when signed: ``pinguard.cache.store``), so an entry cut short, altered after it was
 written (even into valid JSON) or written by another format is a miss, never a wrong answer.
 ``EntryDir`` keeps sealed entries of one kind in a directory as ``<kind>-<key>.json``, each
 carrying its own key (an entry copied under another name is a miss too), written atomically
 and a piece at a time (``write_sealed``: the same bytes, without the whole text in memory),
-so two runs sharing a directory never see half an entry.
-``default_cache_dir`` is where the local cache lives when no ``--cache-dir`` is given.
+so two runs sharing a directory never see half an entry. ``default_cache_dir`` is where the
+local cache lives when no ``--cache-dir`` is given.
 """
 
 from __future__ import annotations

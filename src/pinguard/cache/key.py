@@ -1,30 +1,60 @@
-"""Cache keys: one digest over a key's parts, and digests of the code and files a key covers.
+"""Every cache key pinguard makes: the one digest over a key's parts, and what each key covers.
 
 Every cache entry pinguard keeps is named by ``digest_of(parts)``: the sha256 over each part
-followed by a NUL (so two parts never run together into a third). What goes into a key is
-the caller's business (``cache/local.cache_key``: the entry format, the code that makes a
-layer analysis, the analyzers; ``audit/replay.replay_key``: the image chain and the code that
-replays it; ``cli/warm.result_key``: everything an audit's report depends on); how it becomes
-a name is this module's. ``source_digest`` hashes a module's source (every module of a
-package), so a change to the code invalidates its entries without anyone remembering a
-version bump; ``package_digest`` hashes every file of a package, data included (built-in
-policies, schemas, templates). Both read through ``importlib.resources``, so they work on a
-package on disk and inside a zipapp alike (the in-build guard runs from ``pinguard.pyz``).
+followed by a NUL (so two parts never run together into a third). The three keys are made
+here, each from its own parts: ``layer_key`` (a layer analysis: the entry format, the source
+of ``pinguard.layers`` and ``pinguard.cache``, the analyzers' parts that the catalog
+registry hands over, the layer limits and a lazy read's suffix), ``replay_key`` (an image
+chain replayed: the layer key, the platform, Python and ``packaging``, the source of every
+module a replay runs, the config and the chain of layer digests) and ``result_key`` (a
+rendered report: every file of the package, Python and what is installed beside it, the
+working directory, the command line and the resolved image). ``source_digest`` hashes a
+module's source (every module of a package), so a change to the code invalidates its entries
+without anyone remembering a version bump; ``package_digest`` hashes every file of a
+package, data included (built-in policies, schemas, templates). Both read through
+``importlib.resources``, so they work on a package on disk and inside a zipapp alike (the
+in-build guard runs from ``pinguard.pyz``). Nothing here imports another pinguard module (the
+types below are for the checker only), so a warm audit makes its key without the pipeline.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from importlib import resources
+from importlib import import_module, resources
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
+
+    from pinguard.sources.interface import LayerRef, ResolvedImage
+    from pinguard.target import Platform
+
+#: The layout of a layer entry (2: "streamed"; 3: "content" digest; 4: "name_flags").
+LAYER_FORMAT = "4"
+#: Packages whose every module's source is part of the layer key: the code that makes an
+#: analysis and the entry format it is kept in (the catalog's comes in through the
+#: registry's parts: ``pinguard.catalog.Analyzers.key``).
+LAYER_PRODUCERS = ("pinguard.layers", "pinguard.cache")
+#: The layout of a replay entry.
+REPLAY_FORMAT = "1"
+#: Modules whose source is part of the replay key: all the code a replay runs.
+REPLAYERS = (
+    "pinguard.audit",
+    "pinguard.cache",
+    "pinguard.layers",
+    "pinguard.catalog",
+    "pinguard.models",
+    "pinguard.target",
+)
+#: The layout of a result entry.
+RESULT_FORMAT = "1"
 
 
 def digest_of(parts: Iterable[str]) -> str:
@@ -105,3 +135,100 @@ def package_digest(package: str) -> str:
     """sha256 over every file of the package named ``package`` (modules and data alike),
     read without importing any module below it."""
     return _digest(_walk(package, None))
+
+
+def code_parts(names: Iterable[str]) -> list[str]:
+    """``name=<source digest>`` of each module or package named (imported to find its
+    files)."""
+    return [f"{name}={source_digest(import_module(name))}" for name in names]
+
+
+def layer_key(analyzer_parts: Iterable[str]) -> str:
+    """The layer entry key of these analyzers: the format, the producers' source, then the
+    catalog registry's ``analyzer_parts``, cut to 16 hex digits (a valid OCI tag with the
+    layer digest before it)."""
+    parts = [f"format={LAYER_FORMAT}", *code_parts(LAYER_PRODUCERS), *analyzer_parts]
+    return digest_of(parts)[:16]
+
+
+def layer_store_key(analyzers: str, limits: str, *, lazy: bool) -> str:
+    """The key a layer store is opened with: the analyzers' ``layer_key``, the limits, and a
+    lazy read's own suffix, so an analysis read from a TOC never answers for a full read."""
+    return f"{analyzers}-{limits}{'-lazy' if lazy else ''}"
+
+
+def replay_key(
+    layers_key: str,
+    platform: Platform | None,
+    config: Mapping[str, Any],
+    layers: Sequence[LayerRef],
+) -> str:
+    """The replay entry key for this image chain replayed by this code with these
+    analyzers (``layers_key``: the layer store's key)."""
+    import packaging  # orders versions and evaluates markers: another release may judge otherwise
+
+    parts = [
+        f"replay={REPLAY_FORMAT}",
+        layers_key,
+        repr(platform),
+        f"python={sys.version_info[:3]}",
+        f"packaging={packaging.__version__}",
+        *code_parts(REPLAYERS),
+        json.dumps(config, sort_keys=True, separators=(",", ":")),
+    ]
+    for layer in layers:
+        parts += [layer.digest, layer.diff_id or ""]
+    return digest_of(parts)
+
+
+def result_key(
+    command: Mapping[str, Any], resolved: ResolvedImage, *, policy: str, dockerfile: str
+) -> str:
+    """The result entry key: everything a report depends on but the policy files' content
+    and the date (``command``: the parsed command line; ``policy``: what policy discovery
+    reads; ``dockerfile``: the digest of the Dockerfile read, if any)."""
+    parts = [
+        f"result={RESULT_FORMAT}",
+        f"pinguard={package_digest('pinguard')}",
+        f"python={sys.version}",
+        *_installed(),
+        f"cwd={os.getcwd()}",
+        json.dumps(command, sort_keys=True, default=str),
+        f"policy={policy}",
+        f"dockerfile={dockerfile}",
+        _image(resolved),
+    ]
+    return digest_of(parts)
+
+
+def _image(resolved: ResolvedImage) -> str:
+    """The resolved image as canonical JSON: all a report reads of it."""
+    return json.dumps(
+        {
+            "reference": resolved.reference,
+            "transport": resolved.transport,
+            "manifest": resolved.manifest_digest,
+            "platform": repr(resolved.platform),
+            "config": resolved.config,
+            "layers": [
+                [layer.digest, layer.size, layer.media_type, layer.diff_id, layer.annotations]
+                for layer in resolved.layers
+            ],
+            "notes": resolved.notes,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def _installed() -> list[str]:
+    """The distributions installed where this Python imports from (name and version are in a
+    ``.dist-info`` directory's name): a renderer's or ``packaging``'s upgrade is a miss."""
+    out: list[str] = []
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        out.extend(f"{entry}/{n}" for n in sorted(n for n in names if n.endswith(".dist-info")))
+    return out

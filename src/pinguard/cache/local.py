@@ -1,15 +1,10 @@
-"""The per-layer analysis cache: its entry format and its full key.
+"""The per-user layer cache: one sealed file per layer analysis in the cache directory.
 
 A layer's analysis never changes for a given digest and the code that produced it, so a
-second audit of the same image reads no layer again. The key (``cache_key``) covers all of
-that code without anyone having to remember a version bump: the entry format version, a
-digest of the source of every module in ``pinguard.layers`` (verifier, inflater, tar walk,
-whiteout recording) and ``pinguard.cache`` (this format, the stores), and the parts the
-analyzer registry adds (the source of its package: the analyzers, their protocol and
-registry; each analyzer's name, explicit version, options, and the source of the module that
-defines it, so an analyzer living elsewhere is covered too), hashed by the one key function
-(``pinguard.cache.key.digest_of``). Entries are JSON files in the one entry format
-(``pinguard.cache.entry``: sealed with the sha256 of their canonical JSON, checked on read,
+second audit of the same image reads no layer again. ``LayerCache`` keeps each analysis as
+``<algo>-<hex>.<key>.json`` under the layer store's key (``pinguard.cache.key.layer_key``:
+the code that makes an analysis, the analyzers, the limits) in the one entry format
+(``pinguard.cache.entry``: sealed with the sha256 of its canonical JSON, checked on read,
 written atomically), so two runs sharing a cache directory never see a half-written entry,
 and an unreadable entry, or one altered after it was written (even into valid JSON), is
 treated as missing.
@@ -17,39 +12,11 @@ treated as missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from importlib import import_module
 from pathlib import Path
 
-from pinguard.cache.entry import default_cache_dir, seal, unseal
-from pinguard.cache.key import digest_of, source_digest
+from pinguard.cache.entry import seal, unseal
 from pinguard.fileio import atomic_write
 from pinguard.layers.analysis import LayerAnalysis
-
-__all__ = [
-    "FORMAT",
-    "PRODUCERS",
-    "LayerCache",
-    "cache_key",
-    "default_cache_dir",
-    "seal",
-    "source_digest",
-    "unseal",
-]
-
-FORMAT = "4"  # the JSON layout of an entry (2: "streamed"; 3: "content" digest; 4: "name_flags")
-
-#: Packages whose every module's source is part of the key: the code that makes an analysis
-#: and the entry format it is kept in.
-#: (The catalog's comes in through the registry's parts: layers/ never imports upwards.)
-PRODUCERS = ("pinguard.layers", "pinguard.cache")
-
-
-def cache_key(parts: Iterable[str]) -> str:
-    """The entry key: the format, the producers' source, then the registry's ``parts``
-    (``pinguard.cache.key.digest_of``, the one key function, cut to 16 hex digits)."""
-    producers = [f"{name}={source_digest(import_module(name))}" for name in PRODUCERS]
-    return digest_of([f"format={FORMAT}", *producers, *parts])[:16]
 
 
 class LayerCache:

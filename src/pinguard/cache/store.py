@@ -24,7 +24,6 @@ open connections lazily.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
 import time
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pinguard.cache.entry import seal, unseal
 from pinguard.cache.interface import (
     LOCK_TTL,
     LOCK_WAIT,
@@ -46,7 +46,9 @@ from pinguard.cache.interface import (
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.sources.mediatypes import LAYER_CACHE_ENTRY
 
-ENTRY_FORMAT = "pinguard/layer-cache-entry/1"
+#: The layer entry's layout (2: sealed as every entry is, its ``content`` digest first).
+ENTRY_FORMAT = "pinguard/layer-cache-entry/2"
+_SEALED = b'{"content":'  # how a sealed entry (``seal``) starts; an envelope does not
 
 
 class LayerStore(Protocol):
@@ -75,12 +77,9 @@ def entry_name(digest: str, key: str) -> str:
     return f"{algo}-{hexpart}.{key}"
 
 
-def _canonical(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8")
-
-
 def encode_entry(analysis: LayerAnalysis, key: str, analyzers: Sequence[str]) -> bytes:
-    """An entry's unsigned bytes: canonical JSON with its own ``content`` digest."""
+    """An entry's unsigned bytes: the layer, key, analyzers and analysis, sealed in the one
+    entry format (``pinguard.cache.entry.seal``: canonical JSON, its sha256 first)."""
     body: dict[str, Any] = {
         "format": ENTRY_FORMAT,
         "layer": analysis.digest,
@@ -88,53 +87,27 @@ def encode_entry(analysis: LayerAnalysis, key: str, analyzers: Sequence[str]) ->
         "analyzers": sorted(analyzers),
         "analysis": analysis.to_json(),
     }
-    body["content"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
-    return _canonical(body)
+    return seal(body).encode("utf-8")
 
 
 def decode_entry(
     data: bytes, digest: str, key: str, analyzers: Sequence[str], trusted: Sequence[Any] = ()
 ) -> LayerAnalysis:
     """The analysis in ``data`` when every check passes; else ``EntryRejected``."""
-    from pinguard.errors import EnvelopeError
-    from pinguard.signing import dsse
-
     if len(data) > MAX_ENTRY_BYTES:
         raise EntryRejected(f"larger than {MAX_ENTRY_BYTES} bytes")
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise EntryRejected(f"not JSON (truncated?): {exc}") from None
-    if not isinstance(doc, dict):
-        raise EntryRejected("not a JSON object")
-    signed = "payloadType" in doc
-    if signed:
-        try:
-            envelope = dsse.parse(data)
-        except EnvelopeError as exc:
-            raise EntryRejected(f"bad envelope: {exc}") from None
-        if envelope.payload_type != LAYER_CACHE_ENTRY:
-            raise EntryRejected(f"envelope payload type is {envelope.payload_type!r}")
+    if data.startswith(_SEALED):
         if trusted:
-            errors = []
-            for public in trusted:
-                try:
-                    dsse.verify(envelope, public)
-                    break
-                except EnvelopeError as exc:
-                    errors.append(str(exc))
-            else:
-                raise EntryRejected(f"not signed by a trusted fleet key ({errors[0]})")
+            raise EntryRejected("unsigned, and this reader trusts only fleet-signed entries")
+        body = data
+    else:
+        body = _payload(data, trusted)
+    doc = unseal(body)
+    if doc is None:
         try:
-            doc = json.loads(envelope.payload)
+            json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise EntryRejected(f"envelope payload is not JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise EntryRejected("envelope payload is not a JSON object")
-    elif trusted:
-        raise EntryRejected("unsigned, and this reader trusts only fleet-signed entries")
-    content = doc.pop("content", None)
-    if content != "sha256:" + hashlib.sha256(_canonical(doc)).hexdigest():
+            raise EntryRejected(f"not JSON (truncated?): {exc}") from None
         raise EntryRejected("its content digest does not match its bytes (altered)")
     if doc.get("format") != ENTRY_FORMAT:
         raise EntryRejected(f"format {doc.get('format')!r}, expected {ENTRY_FORMAT!r}")
@@ -151,6 +124,39 @@ def decode_entry(
     if analysis.digest != digest:
         raise EntryRejected(f"its analysis is of layer {analysis.digest!r}")
     return analysis
+
+
+def _payload(data: bytes, trusted: Sequence[Any]) -> bytes:
+    """The sealed entry inside a DSSE envelope, signed by one of ``trusted`` when any are
+    given; else ``EntryRejected``."""
+    from pinguard.errors import EnvelopeError
+    from pinguard.signing import dsse
+
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EntryRejected(f"not JSON (truncated?): {exc}") from None
+    if not isinstance(doc, dict) or "payloadType" not in doc:
+        if trusted:
+            raise EntryRejected("unsigned, and this reader trusts only fleet-signed entries")
+        raise EntryRejected("neither a sealed entry nor a DSSE envelope (another format?)")
+    try:
+        envelope = dsse.parse(data)
+    except EnvelopeError as exc:
+        raise EntryRejected(f"bad envelope: {exc}") from None
+    if envelope.payload_type != LAYER_CACHE_ENTRY:
+        raise EntryRejected(f"envelope payload type is {envelope.payload_type!r}")
+    if trusted:
+        errors = []
+        for public in trusted:
+            try:
+                dsse.verify(envelope, public)
+                break
+            except EnvelopeError as exc:
+                errors.append(str(exc))
+        else:
+            raise EntryRejected(f"not signed by a trusted fleet key ({errors[0]})")
+    return envelope.payload
 
 
 class VerifiedCache:

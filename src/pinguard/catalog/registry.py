@@ -5,7 +5,7 @@ adding an analyzer is one entry here plus its module in ``pinguard/catalog/``. `
 is the set configured for one run: it gives the layer walk one selector (every analyzer's
 flags, OR-ed) and one stream opener (fanning a member out to each analyzer that asked to
 stream it, keeping {analyzer name: result}), the layer cache key (see
-``pinguard.cache.local.cache_key``: the source of this package, and every analyzer's name,
+``pinguard.cache.key.layer_key``: the source of this package, and every analyzer's name,
 version, options and the source of the module defining it), and a fresh ``Catalog`` for
 replaying layers.
 """
@@ -16,8 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinguard.cache.key import source_digest
-from pinguard.cache.local import cache_key
+from pinguard.cache.key import layer_key, source_digest
 from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
 from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
@@ -142,7 +141,7 @@ class Analyzers:
         for a in self.members:
             module = sys.modules[type(a).__module__]
             parts.append(f"{a.name}={a.version};{a!r};{source_digest(module)}")
-        return cache_key(parts)
+        return layer_key(parts)
 
     def catalog(self) -> Catalog:
         return Catalog(self)

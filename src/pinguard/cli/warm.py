@@ -6,7 +6,7 @@ waiver expires) and the code that made it (every file of the ``pinguard`` packag
 Python running it and the distributions installed beside it). ``lookup`` resolves the image
 (the manifest and the config: what every audit fetches first, and the least a warm audit
 can do, since a tag may have moved), hashes all of that but the policy files' content and the
-date into ``result_key`` (``pinguard.cache.key.digest_of``, the one key function), and reads
+date into ``pinguard.cache.key.result_key`` (the one key module), and reads
 the ``result`` entry of that key from the cache directory (``pinguard.cache.entry.EntryDir``,
 sealed and checked like every entry). A hit also needs every policy file the report was
 judged by (``extend``-ed ones included) to have the digest it had, and today to lie in the
@@ -24,14 +24,12 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinguard.cache.entry import EntryDir, default_cache_dir
-from pinguard.cache.key import digest_of, package_digest
+from pinguard.cache.key import RESULT_FORMAT, result_key
 
 if TYPE_CHECKING:
     import argparse
@@ -39,7 +37,6 @@ if TYPE_CHECKING:
     from pinguard.policy.model import Policy
     from pinguard.sources.interface import ImageSource, ResolvedImage
 
-FORMAT = "1"  # the layout of a result entry
 KIND = "result"
 
 
@@ -63,7 +60,7 @@ class Lookup:
         self.entries.put(
             self.key,
             {
-                "format": FORMAT,
+                "format": RESULT_FORMAT,
                 "report": report,
                 "exit": code,
                 "policy": [list(pair) for pair in policy.source.files],
@@ -100,7 +97,7 @@ def lookup(args: argparse.Namespace) -> Lookup:
     if any(layer.tree is not None for layer in resolved.layers):
         return Lookup(source=source, resolved=resolved)  # a directory: its digest says nothing
     entries = EntryDir(args.cache_dir or default_cache_dir(), KIND)
-    key = result_key(args, resolved)
+    key = _key(args, resolved)
     found = entries.get(key)
     if found is not None and _holds(found, _dt.date.today()):
         source.close()
@@ -108,54 +105,15 @@ def lookup(args: argparse.Namespace) -> Lookup:
     return Lookup(source=source, resolved=resolved, entries=entries, key=key)
 
 
-def result_key(args: argparse.Namespace, resolved: ResolvedImage) -> str:
-    """Everything a report depends on but the policy files' content and the date."""
-    options = {k: v for k, v in sorted(vars(args).items()) if k != "func"}
-    parts = [
-        f"result={FORMAT}",
-        f"pinguard={package_digest('pinguard')}",
-        f"python={sys.version}",
-        *_installed(),
-        f"cwd={os.getcwd()}",
-        json.dumps(options, sort_keys=True, default=str),
-        f"policy={_discovered(args)}",
-        f"dockerfile={_file_digest(args.dockerfile) if args.dockerfile else ''}",
-        _image(resolved),
-    ]
-    return digest_of(parts)
-
-
-def _image(resolved: ResolvedImage) -> str:
-    """The resolved image as canonical JSON: all a report reads of it."""
-    return json.dumps(
-        {
-            "reference": resolved.reference,
-            "transport": resolved.transport,
-            "manifest": resolved.manifest_digest,
-            "platform": repr(resolved.platform),
-            "config": resolved.config,
-            "layers": [
-                [layer.digest, layer.size, layer.media_type, layer.diff_id, layer.annotations]
-                for layer in resolved.layers
-            ],
-            "notes": resolved.notes,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
+def _key(args: argparse.Namespace, resolved: ResolvedImage) -> str:
+    """``result_key`` of this command line: its options, what policy discovery reads and the
+    Dockerfile's digest."""
+    return result_key(
+        {k: v for k, v in sorted(vars(args).items()) if k != "func"},
+        resolved,
+        policy=_discovered(args),
+        dockerfile=_file_digest(args.dockerfile) if args.dockerfile else "",
     )
-
-
-def _installed() -> list[str]:
-    """The distributions installed where this Python imports from (name and version are in a
-    ``.dist-info`` directory's name): a renderer's or ``packaging``'s upgrade is a miss."""
-    out: list[str] = []
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        out.extend(f"{entry}/{n}" for n in sorted(n for n in names if n.endswith(".dist-info")))
-    return out
 
 
 def _discovered(args: argparse.Namespace) -> str:
@@ -190,7 +148,7 @@ def _holds(entry: dict[str, Any], today: _dt.date) -> bool:
     policy file it was judged by unchanged (a built-in inside a zipapp is the package's own,
     covered by the key)."""
     try:
-        if entry.get("format") != FORMAT:
+        if entry.get("format") != RESULT_FORMAT:
             return False
         if not isinstance(entry["report"], str) or type(entry["exit"]) is not int:
             return False
