@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +26,11 @@ from pathlib import Path
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from pinguard.errors import ResolveError
 from pinguard.models import Environment, Platform
-from pinguard.repair.plan import seed_site_packages
+from pinguard.repair.plan import seeded_venv
 from pinguard.repair.resolve import InstallReplay
-from pinguard.repair.resolve.uv import network_failure, run, uv_bin, uv_env
+from pinguard.repair.resolve.uv import network_failure, uv_env
 from pinguard.target import platform_machine
 
 
@@ -117,20 +117,10 @@ def check_with_pip(
     if version is None:
         return PipAnswer("", unavailable="pip is not installed beside pinguard")
     with tempfile.TemporaryDirectory(prefix="pinguard-pipcheck-") as tmp:
-        venv = Path(tmp, "venv")
-        made = run(
-            [uv_bin(), "venv", str(venv), "--python", sys.executable, "--no-config", "-q"],
-            timeout=timeout,
-            cwd=tmp,
-        )
-        sites = sorted(venv.glob("lib/python*/site-packages"))
-        if made.returncode != 0 or not sites:
-            return PipAnswer(version, unavailable=f"no virtual environment: {made.stderr.strip()}")
-        names = {d.name for d in env.distributions}
-        others = [d for e in also_installed for d in e.distributions if d.name not in names]
-        seed_site_packages(
-            sites[0], Environment(env.path, env.python, (*env.distributions, *others))
-        )
+        try:
+            python, _notes = seeded_venv(Path(tmp), env, also_installed, timeout=timeout)
+        except ResolveError as exc:
+            return PipAnswer(version, unavailable=f"no virtual environment: {exc}")
         # pip runs inside the throwaway environment's interpreter, imported from a directory
         # holding only the pip package (a link to this machine's): the environment then sees
         # only the seeded metadata as installed, and one interpreter starts, not two
@@ -138,7 +128,7 @@ def check_with_pip(
         only_pip.mkdir()
         (only_pip / "pip").symlink_to(_pip_package())
         cmd = [
-            str(venv / "bin" / "python"),
+            str(python),
             "-m",
             "pip",
             "--isolated",

@@ -106,6 +106,31 @@ def seed_site_packages(site: Path, env: Environment) -> list[str]:
     return notes
 
 
+def seeded_venv(
+    tmp: Path, env: Environment, also_installed: Sequence[Environment] = (), *, timeout: float
+) -> tuple[Path, list[str]]:
+    """A throwaway virtual environment in ``tmp/venv`` (``uv venv`` with this machine's
+    Python) whose site-packages holds the metadata of ``env``'s distributions and of those of
+    ``also_installed`` that ``env`` lacks (``seed_site_packages``): its interpreter and the
+    seeding's notes. The installer asked about it (uv here, pip in ``predict/pipcheck.py``)
+    sees the image's environment as installed. ResolveError when uv cannot make it."""
+    venv = tmp / "venv"
+    made = run(
+        [uv_bin(), "venv", str(venv), "--python", sys.executable, "--no-config", "-q"],
+        timeout=timeout,
+        cwd=str(tmp),
+    )
+    if made.returncode != 0:
+        raise ResolveError(f"uv venv failed: {made.stderr.strip()}")
+    sites = sorted(venv.glob("lib/python*/site-packages"))
+    if not sites:
+        raise ResolveError("uv venv made no site-packages directory")
+    names = {d.name for d in env.distributions}
+    others = [d for e in also_installed for d in e.distributions if d.name not in names]
+    seeded = Environment(env.path, env.python, (*env.distributions, *others), env.real_path)
+    return venv / "bin" / "python", seed_site_packages(sites[0], seeded)
+
+
 def uv_install_args(command: InstallReplay, index: IndexOptions) -> list[str]:
     """uv flags replaying ``command`` with ``index`` added.
 
@@ -160,22 +185,8 @@ def plan_install(
     target = TargetEnvironment(env.python, platform, glibc)
     notes = [f"not replayed: {s}" for s in command.skipped]
     with tempfile.TemporaryDirectory(prefix="pinguard-plan-") as tmp:
-        venv = Path(tmp, "venv")
-        made = run(
-            [uv_bin(), "venv", str(venv), "--python", sys.executable, "--no-config", "-q"],
-            timeout=timeout,
-            cwd=tmp,
-        )
-        if made.returncode != 0:
-            raise ResolveError(f"uv venv failed: {made.stderr.strip()}")
-        sites = sorted(venv.glob("lib/python*/site-packages"))
-        if not sites:
-            raise ResolveError("uv venv made no site-packages directory")
-        names = {d.name for d in env.distributions}
-        others = [d for e in also_installed for d in e.distributions if d.name not in names]
-        seeded = Environment(env.path, env.python, (*env.distributions, *others), env.real_path)
-        notes += seed_site_packages(sites[0], seeded)
-        python = venv / "bin" / "python"
+        python, seeded = seeded_venv(Path(tmp), env, also_installed, timeout=timeout)
+        notes += seeded
         cmd = [
             uv_bin(),
             "pip",
