@@ -28,6 +28,11 @@ from typing import Any, TypeGuard
 from pinguard import __version__
 from pinguard.errors import AttestError, EnvelopeError
 from pinguard.models import AuditResult, Severity
+from pinguard.sources.reference import (
+    is_registry_reference,
+    parse_reference,
+    strip_registry_prefix,
+)
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://pinguard.dev/attestation/audit/v1"
@@ -93,10 +98,8 @@ def format_time(when: _dt.datetime) -> str:
 def subject_name(result: AuditResult) -> str:
     """The repository the image lives in (no tag or digest), or the reference as given."""
     ref = result.image.reference
-    if ref.startswith("docker://"):
-        from pinguard.sources.reference import parse_reference
-
-        parsed = parse_reference(ref[len("docker://") :])
+    if is_registry_reference(ref):
+        parsed = parse_reference(strip_registry_prefix(ref))
         return f"{parsed.registry}/{parsed.repository}"
     return ref
 

@@ -28,8 +28,6 @@ from pinguard.errors import EXIT_IMAGE, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.policy.load import load_run_policy
 
-DOCKER = "docker://"
-
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -75,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("attest needs --policy FILE: an attestation names the policy it judged")
     require_judgement(FAIL_ON[args.fail_on], None)  # --fail-on never: exit 2 before the audit
     from pinguard.errors import ImageNotFound
-    from pinguard.sources import resolve_reference
+    from pinguard.sources import registry_reference, resolve_reference
 
     try:
         target = resolve_reference(args.reference)  # a bad reference or a missing file: at once
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     key = load_private_key(args.key)
     policy = load_run_policy(args.policy)
     # --push attests the registry's copy, where it is attached: a bare NAME is read there
-    audited = DOCKER + registry_name if args.push and registry_name else args.reference
+    audited = registry_reference(registry_name) if args.push and registry_name else args.reference
     result = judge(run_audit(args, audited), args, policy)
     if result.incomplete and not args.allow_incomplete:
         from pinguard.cli import err

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.attest.store import find_attestations
     from pinguard.attest.verify import Demands, VerifyResult, check_envelope, verify
     from pinguard.signing.keys import load_public_key
-    from pinguard.sources import ImageSource, open_source, resolve_reference
+    from pinguard.sources import ImageSource, open_source, registry_reference, resolve_reference
     from pinguard.sources.registry import RegistrySource
 
     key = load_public_key(args.key)
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     source: ImageSource
     if image.registry_name is not None:
         source = RegistrySource(image.registry_name, source_options(args))
-        display = f"docker://{image.registry_name}"
+        display = registry_reference(image.registry_name)
     else:
         source = open_source(args.reference, source_options(args))
         display = image.canonical

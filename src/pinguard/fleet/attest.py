@@ -18,8 +18,7 @@ from pathlib import Path
 from pinguard.errors import AttestError
 from pinguard.models import AuditResult, Severity
 from pinguard.policy.model import Policy
-
-DOCKER = "docker://"
+from pinguard.sources.reference import is_registry_reference, strip_registry_prefix
 
 
 def attest_result(
@@ -38,7 +37,7 @@ def attest_result(
     from pinguard.signing.keys import load_private_key
     from pinguard.sources.interface import SourceOptions
 
-    if not reference.startswith(DOCKER) or result.image.manifest_digest is None:
+    if not is_registry_reference(reference) or result.image.manifest_digest is None:
         return None
     try:
         require_judgement(fail_on, policy.source.kind)
@@ -54,7 +53,7 @@ def attest_result(
         allow_incomplete=allow_incomplete,
         allow_no_python=allow_no_python,
         now=_dt.datetime.now(tz=_dt.timezone.utc),
-        push_to=reference[len(DOCKER) :],
+        push_to=strip_registry_prefix(reference),
         source_options=SourceOptions(insecure_registries=insecure_registries),
     )
     assert signed.attached is not None  # pushed: push_to was given

@@ -48,10 +48,6 @@ def is_referrers_tag(tag: str) -> bool:
     return _REFERRERS_TAG.match(tag) is not None
 
 
-#: transports whose reference names a path on this machine, and whether ``:TAG`` may follow
-_PATH_TRANSPORTS = {"docker-archive": True, "oci-archive": True, "oci": True, "dir": False}
-
-
 def sendable(reference: str) -> str:
     """``reference`` as a task carries it to a worker: read here by the one resolver every
     command uses (``sources.resolve_reference``), so bad syntax (``InvalidReference``, exit
@@ -60,12 +56,12 @@ def sendable(reference: str) -> str:
     absolute path (``oci-archive:/work/out/app.tar``), which a worker reads from the same
     filesystem whatever its own directory. Other references are sent as given."""
     from pinguard.sources import resolve_reference
+    from pinguard.sources.reference import PATH_TRANSPORTS, split_path
 
     ref = resolve_reference(reference)
-    if ref.transport not in _PATH_TRANSPORTS:
+    if ref.transport not in PATH_TRANSPORTS:
         return reference
-    tagged = _PATH_TRANSPORTS[ref.transport]
-    path, sep, tail = ref.rest.partition(":") if tagged else (ref.rest, "", "")
+    path, sep, tail = split_path(ref.transport, ref.rest)
     absolute = os.path.abspath(path)
     if ":" in absolute:
         raise UsageError(
@@ -97,14 +93,15 @@ def references_from(
     out = {sendable(ref) for ref in given}
     if repositories:
         from pinguard.sources.interface import SourceOptions
+        from pinguard.sources.reference import registry_reference, strip_registry_prefix
         from pinguard.sources.registry import RegistrySource, list_tags
 
         for repo in repositories:
-            name = repo.removeprefix("docker://")
+            name = strip_registry_prefix(repo)
             source = RegistrySource(name, SourceOptions(insecure_registries=insecure_registries))
             try:
                 out.update(
-                    f"docker://{name}:{tag}"
+                    registry_reference(f"{name}:{tag}")
                     for tag in list_tags(source)
                     if not is_referrers_tag(tag)
                 )

@@ -31,15 +31,9 @@ from urllib.parse import urlsplit
 
 from pinguard.errors import UsageError
 from pinguard.fleet.dispatch import is_referrers_tag
+from pinguard.sources.mediatypes import MANIFEST_OR_INDEX_TYPES
+from pinguard.sources.reference import registry_reference
 
-MANIFEST_TYPES = frozenset(
-    {
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-    }
-)
 MAX_BODY = 1 << 20
 
 
@@ -83,7 +77,7 @@ def audits_for(envelope: Any, registry: str | None = None) -> list[Push]:
         digest = str(target.get("digest", ""))
         media = str(target.get("mediaType", ""))
         push = Push(repository=repo, tag=tag, digest=digest)
-        if media not in MANIFEST_TYPES:
+        if media not in MANIFEST_OR_INDEX_TYPES:
             continue  # a blob
         host = registry or _host(event, target)
         if not repo or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -95,7 +89,9 @@ def audits_for(envelope: Any, registry: str | None = None) -> list[Push]:
         elif not host:
             out.append(_ignored(push, "no registry address in the event (give --registry)"))
         else:
-            out.append(Push(repo, tag, digest, reference=f"docker://{host}/{repo}@{digest}"))
+            out.append(
+                Push(repo, tag, digest, reference=registry_reference(f"{host}/{repo}@{digest}"))
+            )
     return out
 
 

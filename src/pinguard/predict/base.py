@@ -23,6 +23,7 @@ from pinguard.audit.workers import Progress
 from pinguard.errors import UsageError
 from pinguard.models import AuditResult, ImageInfo, Platform, Snapshot
 from pinguard.sources.interface import ImageSource, ResolvedImage, WrappedSource
+from pinguard.sources.reference import registry_reference
 
 SCRATCH = "scratch"
 #: The PATH a container gets when its image sets none (Docker's and buildah's default).
@@ -54,7 +55,7 @@ def base_reference(name: str, bases: Mapping[str, str]) -> str:
         return bases[name]
     if name.startswith("localhost/"):
         return f"containers-storage:{name}"
-    return f"docker://{name}"
+    return registry_reference(name)
 
 
 def base_mapping(values: Sequence[str], external: Sequence[str]) -> dict[str, str]:

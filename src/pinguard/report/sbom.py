@@ -42,7 +42,7 @@ from pinguard.models import (
 )
 from pinguard.report.summary import policy_pairs
 from pinguard.report.why import reasons
-from pinguard.sources import image_name
+from pinguard.sources import image_name, is_registry_reference
 from pinguard.target import marker_environment, parse_requirement
 
 TOOL = "pinguard"
@@ -239,7 +239,7 @@ def image_purl(
     qualifiers: dict[str, str] = {}
     if platform is not None:
         qualifiers["arch"] = platform.architecture
-    if reference.startswith("docker://"):
+    if is_registry_reference(reference):
         qualifiers["repository_url"] = name
     last = name.rsplit("/", 1)[-1].lower() or "image"
     return PackageURL(type="oci", name=last, version=digest, qualifiers=qualifiers).to_string()

@@ -12,11 +12,15 @@ from pinguard.sources.interface import (
 )
 from pinguard.sources.reference import (
     KINDS,
+    REGISTRY_PREFIX,
     TRANSPORTS,
     ImageReference,
     image_name,
     is_docker_reference,
+    is_registry_reference,
+    registry_reference,
     split_transport,
+    strip_registry_prefix,
 )
 from pinguard.sources.resolve import DAEMON_NOTE, REGISTRY_NOTE, open_source, resolve_reference
 
@@ -24,6 +28,7 @@ __all__ = [
     "DAEMON_NOTE",
     "KINDS",
     "REGISTRY_NOTE",
+    "REGISTRY_PREFIX",
     "TRANSPORTS",
     "ImageReference",
     "ImageSource",
@@ -33,7 +38,10 @@ __all__ = [
     "UnpackedTree",
     "image_name",
     "is_docker_reference",
+    "is_registry_reference",
     "open_source",
+    "registry_reference",
     "resolve_reference",
     "split_transport",
+    "strip_registry_prefix",
 ]

@@ -23,7 +23,7 @@ from pinguard.sources.mediatypes import (
     IMAGE_CONFIG_TYPES,
     INDEX_TYPES,
     LAYER_TYPE_PREFIXES,
-    MANIFEST_TYPES,
+    MANIFEST_OR_INDEX_TYPES,
     OCI_INDEX,
     OCI_MANIFEST,
 )
@@ -102,13 +102,13 @@ def document_kind(
             ("the Content-Type", content_type),
             ("the descriptor that pointed at it", descriptor_type),
         )
-        if value in INDEX_TYPES | MANIFEST_TYPES
+        if value in MANIFEST_OR_INDEX_TYPES
     ]
     if len({value for _, value in claims}) > 1:
         listing = ", ".join(f"{label} says {value!r}" for label, value in claims)
         raise SourceError(f"{what} is ambiguous: {listing}")
     media_type = claims[0][1] if claims else (declared or "")
-    if media_type and media_type not in INDEX_TYPES | MANIFEST_TYPES:
+    if media_type and media_type not in MANIFEST_OR_INDEX_TYPES:
         raise UnsupportedArtifact(
             f"unsupported: not an image: {what} has media type {media_type!r}"
         )

@@ -2,11 +2,11 @@
 
 Manifests, indexes, image configs and layers of both families, the OCI empty descriptor
 (the config of an artifact such as an attestation), the groups the sources test a document
-against (``INDEX_TYPES``, ``MANIFEST_TYPES``, ``IMAGE_CONFIG_TYPES``, the layer prefixes) and
-the ``Accept`` header a registry pull sends, and pinguard's own layer cache entry (its DSSE
-payload type, and its artifact and layer types in a registry cache). The manifest parser, the
-registry client, the referrers code, the cache and the test image writer all import them
-from here.
+against (``INDEX_TYPES``, ``MANIFEST_TYPES``, both together, ``IMAGE_CONFIG_TYPES``, the layer
+prefixes) and the ``Accept`` header a registry pull sends, and pinguard's own layer cache entry
+(its DSSE payload type, and its artifact and layer types in a registry cache). The manifest
+parser, the registry client, the referrers code, containers-storage, the cache, the push
+receiver and the test image writer all import them from here.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ DOCKER_SCHEMA1 = frozenset(
 )
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
 MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
+#: What a manifest reference may name: an index or a single image manifest, of either family.
+MANIFEST_OR_INDEX_TYPES = INDEX_TYPES | MANIFEST_TYPES
 IMAGE_CONFIG_TYPES = frozenset({OCI_CONFIG, DOCKER_CONFIG})
 LAYER_TYPE_PREFIXES = ("application/vnd.oci.image.layer.", "application/vnd.docker.image.rootfs.")
 #: What a registry pull accepts for a manifest: indexes first, then single manifests.

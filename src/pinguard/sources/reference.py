@@ -165,6 +165,14 @@ KINDS = {
     "dir": "local root filesystem",
     "containers-storage": "containers-storage image",
 }
+#: Transports whose reference names a path on this machine: (its kind of path, tagged?).
+PATH_TRANSPORTS = {
+    "docker-archive": ("file", True),
+    "oci-archive": ("file", True),
+    "oci": ("directory", True),
+    "dir": ("directory", False),
+}
+
 _PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(.*)", re.DOTALL)
 _DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
@@ -195,6 +203,12 @@ def is_registry_reference(reference: str) -> bool:
 def strip_registry_prefix(reference: str) -> str:
     """``reference`` without a leading ``docker://`` (as given when it has none)."""
     return reference.removeprefix(REGISTRY_PREFIX)
+
+
+def split_path(transport: str, rest: str) -> tuple[str, str, str]:
+    """``(path, ":", tag)`` of a path transport's ``rest`` (``(path, "", "")`` untagged)."""
+    tagged = PATH_TRANSPORTS[transport][1]
+    return rest.partition(":") if tagged else (rest, "", "")
 
 
 def is_tag(text: str) -> bool:

@@ -26,21 +26,16 @@ import os
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.sources.interface import ImageSource, ResolvedImage, SourceOptions, WrappedSource
 from pinguard.sources.reference import (
+    PATH_TRANSPORTS,
     REGISTRY_TRANSPORT,
     ImageReference,
     has_transport,
     is_tag,
     parse_reference,
+    split_path,
     split_transport,
 )
 
-#: Transports whose reference names a path on this machine: (its kind of path, tagged?).
-_PATH_TRANSPORTS = {
-    "docker-archive": ("file", True),
-    "oci-archive": ("file", True),
-    "oci": ("directory", True),
-    "dir": ("directory", False),
-}
 #: Names only an archive file has (a docker repository with a registry host aside).
 _ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tar.xz")
 DAEMON_NOTE = "bare reference resolved through the daemon"
@@ -58,7 +53,7 @@ def resolve_reference(text: str) -> ImageReference:
         transport, rest = split_transport(text)
         if not rest:
             raise InvalidReference(f"image reference {text!r} names nothing after {transport}:")
-        if transport in _PATH_TRANSPORTS:
+        if transport in PATH_TRANSPORTS:
             _require_path(transport, rest)
         elif transport == REGISTRY_TRANSPORT:
             try:
@@ -90,8 +85,8 @@ def resolve_reference(text: str) -> ImageReference:
 
 def _require_path(transport: str, rest: str) -> None:
     """``no such file: PATH`` for a path transport's path that is not there."""
-    what, tagged = _PATH_TRANSPORTS[transport]
-    path, sep, tag = rest.partition(":") if tagged else (rest, "", "")
+    what = PATH_TRANSPORTS[transport][0]
+    path, sep, tag = split_path(transport, rest)
     if path and not (sep and not tag) and not os.path.lexists(path):  # syntax first: the source's
         raise ImageNotFound(f"no such {what}: {path}")
 

@@ -32,8 +32,8 @@ from typing import Any, BinaryIO
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.sources import manifest as mf
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
+from pinguard.sources.mediatypes import OCI_LAYER
 
-TAR_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"
 _STORE = re.compile(r"\[(?P<driver>[a-z0-9]+)@(?P<root>/[^]+]*)(?:\+[^]]*)?\](?P<rest>.*)", re.S)
 _ID = re.compile(r"(?:sha256:)?([0-9a-f]{12,64})")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9-]+")
@@ -242,7 +242,7 @@ class ContainersStorageSource(ImageSource):
             LayerRef(
                 digest=str(layer["diff-digest"]),
                 size=int(layer["diff-size"]) if layer.get("diff-size") is not None else None,
-                media_type=TAR_MEDIA_TYPE,
+                media_type=OCI_LAYER,
                 diff_id=str(layer["diff-digest"]),
             )
             for layer in chain

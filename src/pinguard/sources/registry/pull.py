@@ -26,7 +26,14 @@ from pinguard.errors import BlobVerificationError, ImageNotFound, SourceError
 from pinguard.sources import manifest as mf
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
 from pinguard.sources.manifest import descriptor_platform, platform_from_config, verify_bytes
-from pinguard.sources.mediatypes import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST
+from pinguard.sources.mediatypes import (
+    ACCEPT,
+    INDEX_TYPES,
+    MANIFEST_OR_INDEX_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+)
+from pinguard.sources.reference import REGISTRY_TRANSPORT, registry_reference
 from pinguard.sources.registry.client import (
     MAX_MANIFEST_BYTES,
     TRANSPORT_ERRORS,
@@ -157,7 +164,7 @@ class RegistrySource(ImageSource):
 
     @property
     def display(self) -> str:
-        return f"docker://{self.reference}"
+        return registry_reference(self.reference)
 
     @property
     def scheme(self) -> str:
@@ -214,7 +221,7 @@ class RegistrySource(ImageSource):
             data, what, content_type=content_type, descriptor_type=descriptor_type
         )
         media_type = data.get("mediaType") or content_type or descriptor_type
-        if media_type not in INDEX_TYPES | MANIFEST_TYPES:
+        if media_type not in MANIFEST_OR_INDEX_TYPES:
             media_type = OCI_INDEX if kind == "index" else OCI_MANIFEST
         if (media_type in INDEX_TYPES) != (kind == "index"):
             raise SourceError(f"{what} is ambiguous: its shape disagrees with {media_type!r}")
@@ -322,7 +329,7 @@ class RegistrySource(ImageSource):
                 )
         return ResolvedImage(
             reference=self.display,
-            transport="docker",
+            transport=REGISTRY_TRANSPORT,
             manifest_digest=digest,
             platform=chosen_platform,
             config=config,
