@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from pinguard.target import Platform  # re-exported: the values below travel with it
 
 __all__ = [
+    "DEB",
     "SCHEMA_ID",
     "AuditResult",
     "Cause",
@@ -42,10 +43,12 @@ __all__ = [
     "Snapshot",
     "Step",
     "Unmet",
+    "debs_of",
     "parse_version",
 ]
 
 SCHEMA_ID = "pinguard/audit/v1"
+DEB = "deb"  # the generic record kind of a Debian package (the dpkg analyzer's records)
 
 
 class ChangeKind(str, enum.Enum):
@@ -160,7 +163,9 @@ class Environment:
 
 @dataclass(frozen=True, slots=True)
 class DebPackage:
-    """One installed Debian package from /var/lib/dpkg/status."""
+    """One installed Debian package from /var/lib/dpkg/status: the typed view
+    (``Snapshot.debs``) of a generic record of kind ``deb``, for the code that asks for
+    ``libc6``'s version or an architecture."""
 
     name: str
     version: str
@@ -176,7 +181,9 @@ class Package:
     knowing the analyzer. ``kind`` names the ecosystem (the analyzer's ``name``), ``location``
     is the file its record was read from, ``owner`` what it belongs to (an environment or
     prefix; None: the image), ``purl`` its package URL when the kind has a purl type, and
-    ``properties`` every other fact as sorted ``(name, value)`` pairs.
+    ``properties`` every other fact as sorted ``(name, value)`` pairs. ``key`` tells a record
+    from the others of its kind when its location does not (one file holding many records:
+    a dpkg status paragraph is ``name:architecture``).
     """
 
     kind: str
@@ -186,15 +193,23 @@ class Package:
     owner: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     purl: str | None = None
+    key: str = ""
 
     @property
     def ref(self) -> str:
-        """Unique within a state: the kind and the record's path."""
-        return f"{self.kind}:{self.location}"
+        """Unique within a state: the kind and the record's key, or else its path."""
+        return f"{self.kind}:{self.key or self.location}"
 
     def value_of(self, key: str) -> str | None:
         """One property's value, None when absent."""
         return dict(self.properties).get(key)
+
+
+def debs_of(packages: tuple[Package, ...] | list[Package]) -> tuple[DebPackage, ...]:
+    """The records of kind ``deb`` among ``packages`` as ``DebPackage`` views, in order."""
+    return tuple(
+        DebPackage(p.name, p.version, p.value_of("arch") or "") for p in packages if p.kind == DEB
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +271,26 @@ class Snapshot:
     """What was installed after one step."""
 
     environments: tuple[Environment, ...] = ()
-    debs: tuple[DebPackage, ...] = ()
     incomplete: tuple[Incomplete, ...] = ()
     native: tuple[NativeLibrary, ...] = ()  # sorted by path
     resolutions: tuple[Resolution, ...] = ()  # sorted by consumer, then NEEDED order
     os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
-    packages: tuple[Package, ...] = ()  # generic records, sorted by (kind, owner, name, location)
+    # every package of every kind as a generic record, sorted by (kind, owner, name,
+    # location, key): what the SBOMs and the JSON report loop over
+    packages: tuple[Package, ...] = ()
+
+    @property
+    def debs(self) -> tuple[DebPackage, ...]:
+        """The Debian packages (records of kind ``deb``) as (name, version, architecture)."""
+        return debs_of(self.packages)
+
+    def other_packages(self) -> tuple[Package, ...]:
+        """The records no typed view lists: neither a Debian package (``debs``; the JSON's
+        ``debian_packages``) nor a distribution of one of ``environments`` (listed there with
+        what Python's rules need). What the table counts, the HTML lists as "Other packages",
+        the JSON under ``packages`` and the policy's ``[[forbidden]]`` judges as records."""
+        typed = {d.metadata_path for env in self.environments for d in env.distributions}
+        return tuple(p for p in self.packages if p.kind != DEB and p.location not in typed)
 
     def os_field(self, key: str) -> str | None:
         """One os-release value (``ID``, ``VERSION_ID``, ...), None when absent."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from pinguard.models import DebPackage, Distribution, Environment, Snapshot
+from pinguard.catalog.dpkg import packages
+from pinguard.models import Distribution, Environment, Snapshot
 from pinguard.predict.interpreters import find_interpreter, upstream_version, venv_seeds
 from pinguard.predict.reqfiles import (
     ContextFiles,
@@ -119,10 +120,13 @@ DEBIAN = Snapshot(
             (_dist("/opt/venv/lib/python3.11/site-packages", "filelock", "3.16.1"),),
         ),
     ),
-    debs=(
-        DebPackage("python3.11", "3.11.2-6+deb12u8", "amd64"),
-        DebPackage("python3-pip-whl", "23.0.1+dfsg-1", "all"),
-        DebPackage("python3-setuptools-whl", "66.1.1-1+deb12u2", "all"),
+    packages=packages(
+        [
+            ("python3.11", "3.11.2-6+deb12u8", "amd64"),
+            ("python3-pip-whl", "23.0.1+dfsg-1", "all"),
+            ("python3-setuptools-whl", "66.1.1-1+deb12u2", "all"),
+        ],
+        (("ID", "debian"), ("VERSION_ID", "12")),
     ),
 )
 

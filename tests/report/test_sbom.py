@@ -14,11 +14,10 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packaging.utils import canonicalize_name
 
-from pinguard.catalog.dpkg import os_release, parse_os_release
+from pinguard.catalog.dpkg import os_release, packages, parse_os_release, purl
 from pinguard.models import (
     AuditResult,
     ChangeKind,
-    DebPackage,
     Distribution,
     Environment,
     ImageInfo,
@@ -27,7 +26,7 @@ from pinguard.models import (
     Snapshot,
 )
 from pinguard.report import cyclonedx, spdx
-from pinguard.report.sbom import deb_purl, sbom_facts
+from pinguard.report.sbom import sbom_facts
 from pinguard.sources import image_name
 from tests.factories import ENV, SYSTEM, change, step
 
@@ -77,8 +76,10 @@ def result(
             Environment(ENV, "3.12.7", (nccl, sympy, torch)),
             Environment(SYSTEM, "3.12.7", (system_nccl,)),
         ),
-        debs=(DebPackage("libnccl2", "2.30.3-1+cuda13.0", "arm64"),),
         os_release=parse_os_release(OS_RELEASE),
+        packages=packages(
+            [("libnccl2", "2.30.3-1+cuda13.0", "arm64")], parse_os_release(OS_RELEASE)
+        ),
     )
     steps = (
         step(
@@ -125,8 +126,9 @@ def test_os_release_parsing_and_precedence() -> None:
     ],
 )
 def test_deb_purl(release: dict[str, str], expected: str) -> None:
-    """The purl spec's deb type: vendor namespace, arch and distro qualifiers, '+' escaped."""
-    assert deb_purl(DebPackage("libnccl2", "2.30.3-1+cuda13.0", "arm64"), release) == expected
+    """The purl spec's deb type, built by the dpkg analyzer: vendor namespace, arch and
+    distro qualifiers, '+' escaped."""
+    assert purl("libnccl2", "2.30.3-1+cuda13.0", "arm64", release) == expected
 
 
 @pytest.mark.parametrize(

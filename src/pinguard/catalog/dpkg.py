@@ -1,9 +1,13 @@
 """Debian packages from the dpkg status database (CUDA images install libnccl2 by apt), and the
-os-release file that names the distribution they belong to (for ``pkg:deb`` purls).
+os-release file that names the distribution they belong to.
 
 Owns the status file's format (RFC 822-style paragraphs; only packages whose Status ends in
 "installed" count), os-release(5) parsing, and the analyzer that captures both from each
-layer.
+layer and contributes each installed package as a generic ``Package`` (kind ``deb``, location
+the status file, key ``name:architecture``, its architecture as the ``arch`` property and a
+``pkg:deb`` purl whose vendor and distro come from the state's os-release), so the reports
+and the policy read them without knowing dpkg. The state's os-release goes to the snapshot
+too (the SBOMs name the image's distribution).
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from pinguard.catalog.interface import (
     SnapshotParts,
     StateView,
 )
+from pinguard.catalog.purl import package_url
 from pinguard.layers.tar import CAPTURE, SKIP
-from pinguard.models import DebPackage
+from pinguard.models import DEB, Package
 
-VERSION = "2"
+# 3: the packages are generic records (kind "deb", built here with their purls), no longer
+# ``SnapshotParts.debs``
+VERSION = "3"
 STATUS = "/var/lib/dpkg/status"
 # os-release(5): /etc/os-release wins; on Debian it is a symlink to the /usr/lib file.
 OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
@@ -51,9 +58,9 @@ def os_release(files: Mapping[str, bytes]) -> tuple[tuple[str, str], ...]:
     return ()
 
 
-def parse_status(data: bytes) -> tuple[DebPackage, ...]:
+def parse_status(data: bytes) -> tuple[tuple[str, str, str], ...]:
     """Installed packages (Status: ... installed) as (name, version, architecture)."""
-    out: list[DebPackage] = []
+    out: list[tuple[str, str, str]] = []
     for para in data.decode("utf-8", "replace").split("\n\n"):
         fields: dict[str, str] = {}
         for line in para.splitlines():
@@ -63,18 +70,46 @@ def parse_status(data: bytes) -> tuple[DebPackage, ...]:
             fields[key.strip().lower()] = value.strip()
         if "package" in fields and fields.get("status", "").endswith(" installed"):
             out.append(
-                DebPackage(
-                    fields["package"], fields.get("version", ""), fields.get("architecture", "")
-                )
+                (fields["package"], fields.get("version", ""), fields.get("architecture", ""))
             )
-    return tuple(sorted(out, key=lambda p: (p.name, p.architecture)))
+    return tuple(sorted(out, key=lambda p: (p[0], p[2])))
+
+
+def purl(name: str, version: str, architecture: str, release: Mapping[str, str]) -> str:
+    """``pkg:deb/<ID>/<name>@<version>?arch=..&distro=<ID>-<VERSION_ID>`` from os-release."""
+    vendor = release.get("ID") or None
+    qualifiers: dict[str, str] = {}
+    if architecture:
+        qualifiers["arch"] = architecture
+    if vendor and release.get("VERSION_ID"):
+        qualifiers["distro"] = f"{vendor}-{release['VERSION_ID']}"
+    return package_url(DEB, name, version, namespace=vendor, qualifiers=qualifiers)
+
+
+def packages(
+    installed: Sequence[tuple[str, str, str]], release: tuple[tuple[str, str], ...]
+) -> tuple[Package, ...]:
+    """The installed packages as generic records, their purls from the state's os-release."""
+    fields = dict(release)
+    return tuple(
+        Package(
+            kind=DEB,
+            name=name,
+            version=version,
+            location=STATUS,
+            properties=(("arch", arch),) if arch else (),
+            purl=purl(name, version, arch, fields),
+            key=f"{name}:{arch}",
+        )
+        for name, version, arch in installed
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class DpkgAnalyzer(Analyzer):
     """The dpkg status database of each layer (the last layer that writes it wins)."""
 
-    name = "dpkg"
+    name = "dpkg"  # its records' kind is ``deb``, the purl type
     version = VERSION
 
     @classmethod
@@ -101,16 +136,22 @@ class DpkgSession(AnalyzerSession):
     """The installed packages and the os-release of the current state."""
 
     def __init__(self) -> None:
-        self._debs: tuple[DebPackage, ...] = ()
+        self._installed: tuple[tuple[str, str, str], ...] = ()
         self._os_release: tuple[tuple[str, str], ...] = ()
+        self._packages: tuple[Package, ...] = ()
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
+        changed = False
         if _touches((STATUS,), touched):
             status = state.files.get(STATUS)
-            self._debs = parse_status(status) if status is not None else ()
+            self._installed = parse_status(status) if status is not None else ()
+            changed = True
         if _touches(OS_RELEASE, touched):
             self._os_release = os_release(state.files)
+            changed = True
+        if changed:  # the records of one state, built once and shared by the states after it
+            self._packages = packages(self._installed, self._os_release)
 
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
-        parts.debs.extend(self._debs)
+        parts.packages.extend(self._packages)
         parts.os_release = self._os_release

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pinguard.errors import LayerError
 from pinguard.layers.tar import MemberStream, PartReader
-from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary, Package
+from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary, Package, debs_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +63,15 @@ class SnapshotParts:
     """What the sessions of one state add up to; the catalog turns it into a ``Snapshot``."""
 
     environments: list[Environment] = field(default_factory=list)
-    debs: list[DebPackage] = field(default_factory=list)
     incomplete: list[Incomplete] = field(default_factory=list)
     native: list[NativeLibrary] = field(default_factory=list)
     os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
     packages: list[Package] = field(default_factory=list)  # generic records of any kind
+
+    @property
+    def debs(self) -> tuple[DebPackage, ...]:
+        """The Debian packages contributed so far (records of kind ``deb``), as typed views."""
+        return debs_of(self.packages)
 
 
 class AnalyzerSession(abc.ABC):

@@ -164,11 +164,12 @@ class Catalog:
             session.contribute(state, parts)
         return Snapshot(
             environments=tuple(sorted(parts.environments, key=lambda e: e.path)),
-            debs=tuple(parts.debs),
             incomplete=tuple(parts.incomplete),
             native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
             os_release=parts.os_release,
             packages=tuple(
-                sorted(parts.packages, key=lambda p: (p.kind, p.owner or "", p.name, p.location))
+                sorted(
+                    parts.packages, key=lambda p: (p.kind, p.owner or "", p.name, p.location, p.key)
+                )
             ),
         )

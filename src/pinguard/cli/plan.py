@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     last = result.steps[-1].index if result.steps else 0
     step = Step(last + 1, "(planned) " + " ".join(words), None, plan.changes, plan.unmet)
     envs = tuple(plan.after if e.path == env.path else e for e in result.final.environments)
-    final = Snapshot(envs, result.final.debs, result.final.incomplete)
+    final = Snapshot(envs, result.final.incomplete, packages=result.final.packages)
     planned = dataclasses.replace(
         result,
         steps=(*result.steps, step),

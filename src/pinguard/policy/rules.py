@@ -98,8 +98,9 @@ class Facts:
 
     @property
     def packages(self) -> tuple[Package, ...]:
-        """The final state's generic package records (conda, ...), whatever their kind."""
-        return self.result.final.packages
+        """The final state's generic package records that no typed rule judges (conda, ...;
+        ``Snapshot.other_packages``), whatever their kind."""
+        return self.result.final.other_packages()
 
     def environment(self, path: str | None) -> Environment | None:
         return None if path is None else self.result.final.environment(path)

@@ -1,22 +1,23 @@
 """The CycloneDX 1.6 JSON report, built with cyclonedx-python-lib from :mod:`.sbom` facts.
 
-The image is ``metadata.component`` (type ``container``, its manifest digest as version and
-as a SHA-256 hash, its platform as properties); every Python distribution of every
-environment is a ``library`` component with a ``pkg:pypi`` purl, the wheel hash from
-``direct_url.json`` when there is one, its RECORD files as nested ``file`` components with
-their hashes, and pinguard's provenance as ``pinguard:*`` properties; dpkg packages are
-``library`` components with ``pkg:deb`` purls. ``dependencies`` is the Requires-Dist graph
-resolved to installed components, with the image depending on the requested and unrequired
-ones. What the audit could not read makes the inventory known to be incomplete: the spec's own
-construct for that, a ``compositions`` entry with ``aggregate: incomplete`` whose assemblies
-are the image and each package an item belongs to, and one ``pinguard:incomplete`` property
-(``<what>: <why>``) per item on that package or else on the image. cyclonedx-python-lib has
-no model of compositions yet (CycloneDX/cyclonedx-python-lib#607), so that one entry is added
-to the library's JSON output; a complete audit has none. ``metadata.properties`` name the
-policy (``pinguard:policy:source``, ``pinguard:policy:file`` = ``PATH sha256:HEX``). The
-serial number is a uuid5 of the image digest and the timestamp is omitted, so the same image
-gives the same bytes. ``pinguard:cause`` properties are written nearest cause first (the
-library sorts properties), in the table's words (``asked for by this step (torch==2.11.0)``).
+The image is ``metadata.component`` (type ``container``, its manifest digest as version and as a
+SHA-256 hash, its platform as properties); every Python distribution of every environment is a
+``library`` component with a ``pkg:pypi`` purl, the wheel hash from ``direct_url.json`` when there
+is one, its RECORD files as nested ``file`` components with their hashes, and pinguard's provenance
+as ``pinguard:*`` properties; every other package (dpkg, conda, ...) is a ``library`` component
+written from its generic record in one loop (the purl its analyzer built, its facts as ``pinguard:``
+properties). ``dependencies`` is the Requires-Dist graph resolved to installed components, with the
+image depending on the requested and unrequired ones. What the audit could not read makes the
+inventory known to be incomplete: the spec's own construct for that, a ``compositions`` entry with
+``aggregate: incomplete`` whose assemblies are the image and each package an item belongs to, and
+one ``pinguard:incomplete`` property (``<what>: <why>``) per item on that package or else on the
+image. cyclonedx-python-lib has no model of compositions yet (CycloneDX/cyclonedx-python-lib#607),
+so that one entry is added to the library's JSON output; a complete audit has none.
+``metadata.properties`` name the policy (``pinguard:policy:source``, ``pinguard:policy:file`` =
+``PATH sha256:HEX``). The serial number is a uuid5 of the image digest and the timestamp is omitted,
+so the same image gives the same bytes. ``pinguard:cause`` properties are written nearest cause
+first (the library sorts properties), in the table's words (``asked for by this step
+(torch==2.11.0)``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from packageurl import PackageURL
 
 from pinguard.models import AuditResult
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, package_properties, sbom_facts
+from pinguard.report.sbom import PROPERTY_PREFIX, TOOL, SbomFacts, sbom_facts
 
 # RECORD and direct_url.json use hashlib names; CycloneDX spells them its own way.
 _ALGORITHMS = {
@@ -122,24 +123,6 @@ def build_bom(facts: SbomFacts) -> Bom:
                 )
             )
         bom.components.add(component)
-    for deb in facts.debs:
-        bom.components.add(
-            Component(
-                type=ComponentType.LIBRARY,
-                name=deb.deb.name,
-                version=deb.deb.version,
-                bom_ref=deb.ref,
-                purl=PackageURL.from_string(deb.purl),
-                properties=_properties(
-                    [(PROPERTY_PREFIX + "package:type", "deb")]
-                    + (
-                        [(PROPERTY_PREFIX + "deb:arch", deb.deb.architecture)]
-                        if deb.deb.architecture
-                        else []
-                    )
-                ),
-            )
-        )
     for other in facts.packages:
         bom.components.add(
             Component(
@@ -148,7 +131,7 @@ def build_bom(facts: SbomFacts) -> Bom:
                 version=other.version,
                 bom_ref=other.ref,
                 purl=PackageURL.from_string(other.purl) if other.purl else None,
-                properties=_properties(package_properties(other)),
+                properties=_properties(other.properties),
             )
         )
     bom.dependencies.add(
@@ -162,8 +145,6 @@ def build_bom(facts: SbomFacts) -> Bom:
                 ref=BomRef(pkg.ref), dependencies=[Dependency(BomRef(r)) for r in pkg.depends_on]
             )
         )
-    for deb in facts.debs:
-        bom.dependencies.add(Dependency(ref=BomRef(deb.ref)))
     for other in facts.packages:
         bom.dependencies.add(Dependency(ref=BomRef(other.ref)))
     return bom

@@ -308,7 +308,7 @@ def render(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> str
             "findings": [_finding(f) for f in sorted(result.findings, key=finding_sort_key)],
             "incomplete": [(i.what, i.why) for i in result.incomplete],
             "fail_on": fail_on.value if fail_on else "never",
-            "packages": result.final.packages,  # generic records (conda, ...), any kind
+            "packages": result.final.other_packages(),  # records no typed view lists
         }
     )
 

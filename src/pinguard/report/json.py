@@ -217,6 +217,7 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         for lib in result.final.native
         if not any(_in_env(lib.path, e) for e in envs_paths)
     ]
+    others = result.final.other_packages()
     return {
         "schema": SCHEMA_ID,
         "pinguard": {"version": __version__},
@@ -229,15 +230,12 @@ def to_dict(result: AuditResult, options: RenderOptions = DEFAULT_OPTIONS) -> Js
         },
         "steps": steps,
         "environments": environments,
+        # a view of the records of kind "deb" (kept until the next schema revision)
         "debian_packages": [
             {"name": p.name, "version": p.version, "architecture": p.architecture}
             for p in result.final.debs
         ],
-        **(
-            {"packages": [generic_package_dict(p) for p in result.final.packages]}
-            if result.final.packages
-            else {}
-        ),
+        **({"packages": [generic_package_dict(p) for p in others]} if others else {}),
         **({"native_libraries": system} if system else {}),
         **(
             {"resolutions": [resolution_dict(r) for r in result.final.resolutions]}

@@ -6,8 +6,9 @@ environment with its purl, the RECORD file hashes (as hex), the wheel hash from
 ``direct_url.json``, pinguard's provenance (the build step that installed that version: layer
 digest, step index and command, and the requirement chain that forced it), and the dependency
 edges from ``Requires-Dist`` resolved to the installed distributions of the same environment;
-one :class:`DebianPackage` per dpkg package with a ``pkg:deb`` purl from the image's
-os-release; an image without any Python environment says so (``image_properties``); each
+one :class:`SbomPackage` per generic package record of any other kind (Debian packages,
+conda, ...), as its analyzer built it, purl included, with its facts as ``pinguard:``
+properties; an image without any Python environment says so (``image_properties``); each
 item the audit could not read (``AuditResult.incomplete``) is an :class:`IncompleteItem`,
 attributed to the package it names (its metadata directory, a file under it, or a file its
 RECORD lists) or else to the image. Everything is sorted and the document identity (serial
@@ -29,9 +30,9 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from pinguard import __version__
 from pinguard.models import (
+    DEB,
     AuditResult,
     ChangeKind,
-    DebPackage,
     Distribution,
     Environment,
     Incomplete,
@@ -98,12 +99,42 @@ class PythonPackage:
 
 
 @dataclass(frozen=True, slots=True)
-class DebianPackage:
-    """One installed dpkg package."""
+class SbomPackage:
+    """One package as both SBOMs write it, whatever its kind: the same loop writes them all."""
 
-    ref: str
-    deb: DebPackage
-    purl: str
+    ref: str  # unique within the document (the bom-ref; the SPDX id is made from it)
+    id_kind: str  # the SPDX id's kind word: SPDXRef-<id_kind>-<name>-<version>-<hash>
+    name: str
+    version: str
+    purl: str | None
+    properties: tuple[tuple[str, str], ...]  # ``pinguard:`` pairs: CycloneDX properties
+    annotations: tuple[tuple[str, str], ...]  # ``pinguard:`` pairs: SPDX annotations
+
+
+#: How the records of a kind were written before they were generic records, so the
+#: documents keep their bytes: Debian packages had SPDX ids ``SPDXRef-Deb-...``, their type
+#: and architecture as CycloneDX properties and no SPDX annotations.
+_DEB_ID = "Deb"
+
+
+def sbom_package(package: Package) -> SbomPackage:
+    """A generic record as both SBOMs write it (see ``package_properties``)."""
+    if package.kind == DEB:
+        arch = package.value_of("arch")
+        pairs = [("package:type", DEB)] + ([("deb:arch", arch)] if arch else [])
+        return SbomPackage(
+            package.ref,
+            _DEB_ID,
+            package.name,
+            package.version,
+            package.purl,
+            tuple((PROPERTY_PREFIX + k, v) for k, v in pairs),
+            (),
+        )
+    props = package_properties(package)
+    return SbomPackage(
+        package.ref, "Package", package.name, package.version, package.purl, props, props
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +163,6 @@ class SbomFacts:
     root_purl: str | None
     serial: uuid.UUID
     python: tuple[PythonPackage, ...]
-    debs: tuple[DebianPackage, ...]
     os_release: tuple[tuple[str, str], ...]
     roots: tuple[str, ...]  # refs the image depends on directly: requested or unrequired ones
     tool_version: str = __version__
@@ -141,7 +171,8 @@ class SbomFacts:
     # ``policy:file`` = ``PATH sha256:HEX`` each), unprefixed; the documents' metadata says it
     policy: tuple[tuple[str, str], ...] = ()
     incomplete: tuple[IncompleteItem, ...] = ()  # sorted by (what, why), as the JSON report
-    packages: tuple[Package, ...] = ()  # generic records (conda, ...), as the snapshot sorts them
+    # the generic records (debs first, then the others as the snapshot sorts them)
+    packages: tuple[SbomPackage, ...] = ()
 
     def incomplete_of(self, ref: str | None) -> tuple[tuple[str, str], ...]:
         """The ``pinguard:incomplete`` pairs of the package ``ref`` (None: of the image)."""
@@ -155,11 +186,7 @@ class SbomFacts:
 
     @property
     def all_refs(self) -> tuple[str, ...]:
-        return (
-            tuple(p.ref for p in self.python)
-            + tuple(d.ref for d in self.debs)
-            + tuple(p.ref for p in self.packages)
-        )
+        return tuple(p.ref for p in self.python) + tuple(p.ref for p in self.packages)
 
 
 def package_properties(package: Package) -> tuple[tuple[str, str], ...]:
@@ -214,19 +241,6 @@ def _archive_hashes(dist: Distribution) -> tuple[tuple[str, str], ...]:
 def python_purl(dist: Distribution) -> str:
     """``pkg:pypi/<normalized name>@<version>`` (the purl spec's pypi type)."""
     return PackageURL(type="pypi", name=str(dist.name), version=dist.raw_version).to_string()
-
-
-def deb_purl(deb: DebPackage, os_release: dict[str, str]) -> str:
-    """``pkg:deb/<ID>/<name>@<version>?arch=..&distro=<ID>-<VERSION_ID>`` from os-release."""
-    vendor = os_release.get("ID") or None
-    qualifiers: dict[str, str] = {}
-    if deb.architecture:
-        qualifiers["arch"] = deb.architecture
-    if vendor and os_release.get("VERSION_ID"):
-        qualifiers["distro"] = f"{vendor}-{os_release['VERSION_ID']}"
-    return PackageURL(
-        type="deb", namespace=vendor, name=deb.name, version=deb.version, qualifiers=qualifiers
-    ).to_string()
 
 
 def image_purl(
@@ -332,17 +346,13 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
                     depends_on=_edges(env, dist, platform),
                 )
             )
-    release = dict(final.os_release)
-    debs = tuple(
-        DebianPackage(f"deb:{d.name}:{d.architecture}", d, deb_purl(d, release))
-        for d in sorted(final.debs, key=lambda d: (d.name, d.architecture))
-    )
+    # Debian packages were listed before the other records: the documents keep that order
+    packages = tuple(sbom_package(p) for p in sorted(final.packages, key=lambda p: p.kind != DEB))
     required = {ref for p in python for ref in p.depends_on}
     roots = tuple(
         sorted(
             [p.ref for p in python if p.dist.requested or p.ref not in required]
-            + [d.ref for d in debs]
-            + [p.ref for p in final.packages]
+            + [p.ref for p in packages]
         )
     )
     name = image_name(result.image.reference)
@@ -357,11 +367,10 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         root_purl=image_purl(result.image.reference, name, digest, platform),
         serial=uuid.uuid5(SERIAL_NAMESPACE, f"{identity}|{platform or ''}"),
         python=tuple(python),
-        debs=debs,
         os_release=final.os_release,
         roots=roots,
         no_python=result.no_python,
         incomplete=_attribute(result.incomplete, python),
-        packages=final.packages,
+        packages=packages,
         policy=tuple(policy_pairs(result)),
     )

@@ -3,7 +3,8 @@
 The document DESCRIBES the image package (purpose ``CONTAINER``, its manifest digest as
 version and SHA-256 checksum, a ``pkg:oci`` purl); the image CONTAINS one package per Python
 distribution per environment (``pkg:pypi`` purl, the wheel's checksum from ``direct_url.json``
-when there is one) and per dpkg package (``pkg:deb`` purl from os-release); Python packages
+when there is one) and per generic package record of every other kind (dpkg, conda, ...:
+the purl its analyzer built), written by one loop; Python packages
 DEPENDS_ON the installed distributions their ``Requires-Dist`` names. pinguard's provenance
 (layer digest, step index and command, environment, INSTALLER, REQUESTED, direct_url) is
 written as ``OTHER`` annotations ``pinguard:<key>=<value>`` on each package, since SPDX 2.3 has
@@ -42,7 +43,7 @@ from spdx_tools.spdx.writer.write_utils import convert
 from pinguard.errors import PinguardError
 from pinguard.models import AuditResult
 from pinguard.report.options import DEFAULT_OPTIONS, RenderOptions
-from pinguard.report.sbom import TOOL, SbomFacts, package_properties, sbom_facts
+from pinguard.report.sbom import TOOL, SbomFacts, sbom_facts
 
 # SPDX 2.3 needs a creation time; a fixed one keeps the bytes reproducible (as
 # SOURCE_DATE_EPOCH=0 would).
@@ -116,10 +117,8 @@ def build_document(facts: SbomFacts) -> Document:
     ids: dict[str, str] = {}
     for pkg in facts.python:
         ids[pkg.ref] = spdx_id("Python", pkg.ref, f"{pkg.dist.name}-{pkg.dist.raw_version}")
-    for deb in facts.debs:
-        ids[deb.ref] = spdx_id("Deb", deb.ref, f"{deb.deb.name}-{deb.deb.version}")
     for other in facts.packages:
-        ids[other.ref] = spdx_id("Package", other.ref, f"{other.name}-{other.version}")
+        ids[other.ref] = spdx_id(other.id_kind, other.ref, f"{other.name}-{other.version}")
     for pkg in facts.python:
         url = (pkg.dist.direct_url or {}).get("url")
         packages.append(
@@ -143,19 +142,6 @@ def build_document(facts: SbomFacts) -> Document:
             Annotation(ids[pkg.ref], AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
             for name, value in (*pkg.properties(), *facts.incomplete_of(pkg.ref))
         )
-    for deb in facts.debs:
-        packages.append(
-            Package(
-                spdx_id=ids[deb.ref],
-                name=deb.deb.name,
-                download_location=SpdxNoAssertion(),
-                version=deb.deb.version,
-                files_analyzed=False,
-                external_references=[_purl(deb.purl)],
-                primary_package_purpose=PackagePurpose.LIBRARY,
-            )
-        )
-        relationships.append(Relationship(root_id, RelationshipType.CONTAINS, ids[deb.ref]))
     for other in facts.packages:
         packages.append(
             Package(
@@ -171,7 +157,7 @@ def build_document(facts: SbomFacts) -> Document:
         relationships.append(Relationship(root_id, RelationshipType.CONTAINS, ids[other.ref]))
         annotations.extend(
             Annotation(ids[other.ref], AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
-            for name, value in package_properties(other)
+            for name, value in other.annotations
         )
     return Document(
         creation_info=info,

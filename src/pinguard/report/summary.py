@@ -181,7 +181,7 @@ def other_packages_text(result: AuditResult) -> str | None:
     formats that do not list them (``other packages: 10 python in /usr/local/cuda-13.0``);
     None when there are none."""
     counts: dict[tuple[str, str], int] = {}
-    for p in result.final.packages:
+    for p in result.final.other_packages():
         key = (p.kind, p.owner or "the image")
         counts[key] = counts.get(key, 0) + 1
     if not counts:
