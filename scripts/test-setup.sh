@@ -4,7 +4,8 @@
 # docker-registry, debootstrap, htpasswd from apache2-utils, openssl, redis-server (the fleet's
 # shared cache and Celery broker), and Debian's headless
 # chromium + chromium-driver for the HTML report's browser tests), then a .venv at the
-# repository root with pinguard installed editable plus its [test] extras. Packages already
+# repository root with pinguard installed editable plus its [test] extra (which takes in
+# [sbom] and the schema validators: the tests write and validate every SBOM). Packages already
 # present are not reinstalled; the venv is refreshed only when pyproject.toml changes.
 # Needs root (or sudo) for apt; the tests themselves run buildah/podman as root.
 set -euo pipefail
@@ -81,7 +82,7 @@ PY
 stamp=.venv/.pinguard-test-setup
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] \
-  || ! .venv/bin/python -c 'import pinguard, pytest, jsonschema' >/dev/null 2>&1; then
+  || ! .venv/bin/python -c 'import pinguard, pytest, jsonschema, cyclonedx, spdx_tools' >/dev/null 2>&1; then
   .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[test]'
   echo "$want" >"$stamp"
 fi

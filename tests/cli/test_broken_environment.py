@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -24,17 +26,18 @@ from pinguard.testing.demo import build_demo
 #: a name RFC 6761 guarantees never resolves: a DNS failure without any traffic leaving
 UNRESOLVABLE = "registry.pinguard-test.invalid"
 
-#: runs pinguard as the console script does, with celery and redis made unimportable when
-#: the first argument is "no-extras" (pip install . without [fleet]), else as installed
+#: runs pinguard as the console script does, with the modules named (comma-separated) by the
+#: first argument made unimportable: celery and redis for pip install . without [fleet],
+#: everything outside the core install for pip install . without any extra
 RUNNER = (
     "import sys\n"
-    "if sys.argv.pop(1) == 'no-extras':\n"
-    "    for name in ('celery', 'kombu', 'redis'):\n"
-    "        sys.modules[name] = None\n"
+    "for name in filter(None, sys.argv.pop(1).split(',')):\n"
+    "    sys.modules[name] = None\n"
     "from pinguard.cli import main\n"
     "sys.argv[0] = 'pinguard'\n"
     "raise SystemExit(main())\n"
 )
+FLEET_MODULES = ("celery", "kombu", "redis")
 
 #: the longest any of these may take: each fails on something known at once, or on a host
 #: that answers "refused" or a name that does not resolve, which is never worth minutes
@@ -75,11 +78,15 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run(workdir: Path, *argv: str, extras: bool = True) -> tuple[int, str, str, float]:
-    """``pinguard argv...`` in ``workdir`` as a subprocess: (exit code, stdout, stderr, s)."""
+def run(
+    workdir: Path, *argv: str, extras: bool = True, blocked: Sequence[str] = ()
+) -> tuple[int, str, str, float]:
+    """``pinguard argv...`` in ``workdir`` as a subprocess: (exit code, stdout, stderr, s),
+    without the fleet extra's modules unless ``extras``, and never with ``blocked``."""
+    hidden = [*blocked, *(() if extras else FLEET_MODULES)]
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, "extras" if extras else "no-extras", *argv],
+        [sys.executable, "-c", RUNNER, ",".join(hidden), *argv],
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -239,6 +246,167 @@ def test_a_redis_cache_without_redis_py_is_a_note_and_the_audit_goes_on(workdir:
     doc = json.loads(out)
     assert any("pinguard[fleet]" in note for note in doc["notes"]), doc["notes"]
     assert any(f["package"] == "nvidia-nccl-cu13" for f in doc["findings"])
+
+
+# --------------------------------------------------------------------------- the core install
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def core_distributions() -> set[str]:
+    """What ``pip install pinguard`` (no extra) installs: pyproject's dependencies and theirs,
+    with markers and requested extras evaluated here, as canonical names."""
+    import tomlkit
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomlkit.parse((ROOT / "pyproject.toml").read_text()).unwrap()["project"]
+    wanted: list[tuple[str, frozenset[str]]] = [
+        (t, frozenset({""})) for t in project["dependencies"]
+    ]
+    seen: set[tuple[str, str]] = set()
+    names = {"pinguard"}
+    while wanted:
+        text, extras = wanted.pop()
+        req = Requirement(text)
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in extras):
+            continue
+        name = canonicalize_name(req.name)
+        new = {(name, e) for e in {"", *req.extras}} - seen
+        if new:
+            seen |= new
+            names.add(name)
+            asked = frozenset(e for _, e in new)
+            wanted += [(t, asked) for t in metadata.requires(name) or ()]
+    return names
+
+
+def outside_core() -> list[str]:
+    """The top-level modules of every installed distribution the core install would not
+    bring (pip and setuptools come with any virtual environment): with these unimportable a
+    subprocess is pinguard as ``pip install pinguard`` leaves it."""
+    from packaging.utils import canonicalize_name
+
+    keep = core_distributions() | {"pip", "setuptools", "wheel"}
+    return sorted(
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if module.isidentifier()
+        and module not in sys.stdlib_module_names
+        and not any(canonicalize_name(d) in keep for d in dists)
+    )
+
+
+@pytest.fixture(scope="module")
+def light() -> list[str]:
+    blocked = outside_core()
+    # the test means something only where the extras are installed to be hidden
+    for module in ("cyclonedx", "spdx_tools", "jsonschema", "celery"):
+        assert module in blocked, (module, blocked)
+    return blocked
+
+
+def sbom_error(command: str, fmt: str) -> str:
+    library, module = {"cyclonedx": ("cyclonedx-python-lib", "cyclonedx")}.get(
+        fmt, ("spdx-tools", "spdx_tools")
+    )
+    return (
+        f"pinguard: error: {command} -f {fmt} needs {library}, which is not installed "
+        f"(no module {module!r}): pip install 'pinguard[sbom]'"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["cyclonedx", "spdx"])
+@pytest.mark.parametrize("command", ["audit", "predict"])
+def test_an_sbom_without_its_extra_fails_before_any_work(
+    workdir: Path, light: list[str], command: str, fmt: str
+) -> None:
+    """Installed without [sbom]: `-f cyclonedx` / `-f spdx` is one line naming the library,
+    its module and the extra, exit 2, before the image is read: the registry named here
+    refuses connections, which would be exit 3 naming it."""
+    ref = f"docker://127.0.0.1:{closed_port()}/team/serving:1"
+    argv = (
+        ["audit", ref]
+        if command == "audit"
+        else ["predict", "Dockerfile", "--base", f"scratch={ref}"]
+    )
+    code, out, err, elapsed = run(workdir, *argv, "-f", fmt, blocked=light)
+    assert (code, out) == (EXIT_USAGE, ""), err
+    assert err.splitlines() == [sbom_error(command, fmt)]
+    assert elapsed < PROMPT_S
+
+
+def test_an_sbom_without_its_extra_fails_even_with_a_warm_report(
+    workdir: Path, light: list[str]
+) -> None:
+    """A cold audit with the extra leaves its CycloneDX report in the result cache; the same
+    command without the extra still fails up front (exit 2), not answered from the cache."""
+    argv = ["audit", "demo.tar", "--cache-dir", "warm-cache", "-f", "cyclonedx"]
+    code, out, err, _ = run(workdir, *argv)
+    assert code == EXIT_FINDINGS, err
+    assert json.loads(out)["bomFormat"] == "CycloneDX"
+    code, again, err, _ = run(workdir, *argv)
+    assert (code, again) == (EXIT_FINDINGS, out), err  # answered warm, the same bytes
+    code, out, err, _ = run(workdir, *argv, blocked=light)
+    assert (code, out) == (EXIT_USAGE, ""), err
+    assert err.splitlines() == [sbom_error("audit", "cyclonedx")]
+
+
+def test_an_sbom_library_that_cannot_import_is_one_line(workdir: Path) -> None:
+    """cyclonedx-python-lib present but one of its own dependencies gone (a broken install):
+    the audit runs, then the report is one line naming the module that failed, exit 2."""
+    code, out, err, elapsed = run(
+        workdir, "audit", "demo.tar", "-f", "cyclonedx", blocked=["py_serializable"]
+    )
+    assert "Traceback" not in out + err, err
+    assert (code, out) == (EXIT_USAGE, ""), err
+    assert err.splitlines() == [
+        "pinguard: error: -f cyclonedx needs cyclonedx-python-lib, which cannot be imported "
+        "(no module 'py_serializable'): pip install 'pinguard[sbom]'"
+    ]
+    assert elapsed < PROMPT_S
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "sarif", "junit", "markdown", "html"])
+def test_every_other_format_works_without_any_extra(
+    workdir: Path, light: list[str], fmt: str
+) -> None:
+    """With only the core install importable, the audit writes every non-SBOM format: the
+    demo's NCCL downgrade found, exit 1."""
+    code, out, err, _ = run(workdir, "audit", "demo.tar", "--no-cache", "-f", fmt, blocked=light)
+    assert "Traceback" not in out + err, err
+    assert code == EXIT_FINDINGS, err
+    assert "nvidia-nccl-cu13" in out, out[:2000]
+    if fmt in ("json", "sarif"):
+        json.loads(out)
+
+
+def test_the_gate_and_its_neighbours_work_without_any_extra(
+    workdir: Path, light: list[str]
+) -> None:
+    """compare, constraints, gate, attest and verify with only the core install: each does
+    its work and ends with its documented code, no traceback."""
+    cases: list[tuple[list[str], int, str]] = [
+        (["compare", "demo.tar", "demo.tar", "-f", "json"], 0, '"pinguard/compare/v1"'),
+        (["constraints", "demo.tar", "-o", "c.txt"], 0, ""),
+        (["gate", "--dockerfile", "Dockerfile", "--image", "demo.tar"], 1, "nvidia-nccl-cu13"),
+        (
+            ["attest", "demo.tar", "--policy", "policy.toml", "--key", "key.pem", "-o", "s.json"],
+            1,
+            "",
+        ),
+        (["verify", "demo.tar", "--key", "key.pub", "--attestation", "s.json"], 1, ""),
+    ]
+    for argv, want, shown in cases:
+        code, out, err, _ = run(workdir, *argv, blocked=light)
+        assert "Traceback" not in out + err, (argv, err)
+        assert code == want, (argv, code, out, err)
+        assert shown in out, (argv, out)
+    assert "nvidia-nccl-cu13" in (workdir / "c.txt").read_text()
+    assert (
+        json.loads((workdir / "s.json").read_text())["payloadType"]
+        == "application/vnd.in-toto+json"
+    )
 
 
 # --------------------------------------------------------------------------- Ctrl-C, version

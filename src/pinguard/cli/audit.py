@@ -39,7 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "oci:DIR[:TAG], oci-archive:PATH[:TAG], dir:PATH, or a bare NAME:TAG.",
     )
     p.add_argument("reference", metavar="REF")
-    p.add_argument("-f", "--format", choices=list(FORMAT_NAMES), default="table")
+    p.add_argument(
+        "-f",
+        "--format",
+        choices=list(FORMAT_NAMES),
+        default="table",
+        help="cyclonedx and spdx need the sbom extra: pip install 'pinguard[sbom]'",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
         "--all",
@@ -78,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
     import datetime as _dt
 
     from pinguard.cli import warm
+    from pinguard.report.formats import require_writer
 
+    # first: without the sbom extra, -f cyclonedx fails the same with or without a warm report
+    require_writer(args.format, "audit")
     try:
         found = warm.lookup(args)
     except PinguardError:

@@ -31,7 +31,7 @@ from pinguard.cli.common import (
 )
 from pinguard.errors import EXIT_IMAGE
 from pinguard.models import AuditResult, Platform
-from pinguard.report.formats import FORMATS
+from pinguard.report.formats import FORMATS, require_writer
 from pinguard.report.options import RenderOptions
 
 if TYPE_CHECKING:
@@ -94,7 +94,13 @@ def add_options(p: argparse.ArgumentParser, *, gate: bool = False) -> None:
     )
     if gate:
         return
-    p.add_argument("-f", "--format", choices=list(FORMATS), default="table")
+    p.add_argument(
+        "-f",
+        "--format",
+        choices=list(FORMATS),
+        default="table",
+        help="cyclonedx and spdx need the sbom extra: pip install 'pinguard[sbom]'",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically)")
     p.add_argument(
         "--all",
@@ -170,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from pinguard.errors import UsageError
     from pinguard.policy.load import load_run_policy
 
+    require_writer(args.format, "predict")
     files: list[str] = list(args.dockerfile)
     if len(files) > 1 and (args.format != "table" or args.output):
         raise UsageError(

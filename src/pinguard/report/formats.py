@@ -11,19 +11,56 @@ follows the ``Renderer`` protocol, and one entry here; the CLI offers every key 
 ``FORMATS`` (in this order) and calls the renderer without knowing anything about it.
 Importing this module loads no renderer and no value (``models``): building a parser reads
 its tables.
+
+The SBOM formats are written with libraries of the ``sbom`` extra (``SBOM_WRITERS``):
+``require_writer(fmt, command)`` raises ``WriterMissing`` (exit 2, ``pip install
+'pinguard[sbom]'``) when one is not installed, asking the import system without importing
+anything, so a command checks it before any audit work; a renderer whose library fails to
+import later raises the same error.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from pinguard.errors import UsageError
 
 if TYPE_CHECKING:
     from pinguard.buildfile.lint import LintFinding
     from pinguard.models import AuditResult
     from pinguard.report.lint import Errors, LintRenderer
     from pinguard.report.options import CompareRenderer, Renderer, RenderOptions
+
+#: the formats written with a library of the ``sbom`` extra: format (and its module's name
+#: in ``pinguard.report``) -> (the distribution, the module it installs)
+SBOM_WRITERS: Mapping[str, tuple[str, str]] = {
+    "cyclonedx": ("cyclonedx-python-lib", "cyclonedx"),
+    "spdx": ("spdx-tools", "spdx_tools"),
+}
+SBOM_EXTRA = "pip install 'pinguard[sbom]'"
+
+
+class WriterMissing(UsageError):
+    """A format's writer library is not installed: pinguard was installed without
+    ``[sbom]``."""
+
+
+def _missing(what: str, fmt: str, module: str, state: str = "is not installed") -> WriterMissing:
+    return WriterMissing(
+        f"{what} needs {SBOM_WRITERS[fmt][0]}, which {state} (no module {module!r}): {SBOM_EXTRA}"
+    )
+
+
+def require_writer(fmt: str, command: str) -> None:
+    """Raise ``WriterMissing`` unless the library that writes ``fmt`` is installed (for a
+    format of ``SBOM_WRITERS``; any other needs nothing beyond pinguard's own dependencies).
+    Asks where the module would load from, importing nothing."""
+    writer = SBOM_WRITERS.get(fmt)
+    if writer is not None and importlib.util.find_spec(writer[1]) is None:
+        raise _missing(f"{command} -f {fmt}", fmt, writer[1])
 
 
 def _on_use(module: str, name: str = "render") -> Callable[..., str]:
@@ -32,9 +69,14 @@ def _on_use(module: str, name: str = "render") -> Callable[..., str]:
     its license list, the SARIF and JUnit writers are not paid for by every CLI start)."""
 
     def render(*args: Any, **kwargs: Any) -> str:
-        renderer: Callable[..., str] = getattr(
-            importlib.import_module(f"pinguard.report.{module}"), name
-        )
+        try:
+            loaded = importlib.import_module(f"pinguard.report.{module}")
+        except ImportError as exc:
+            if module not in SBOM_WRITERS:
+                raise
+            missing = exc.name or SBOM_WRITERS[module][1]
+            raise _missing(f"-f {module}", module, missing, "cannot be imported") from None
+        renderer: Callable[..., str] = getattr(loaded, name)
         return renderer(*args, **kwargs)
 
     render.__name__ = f"{module}.{name}"
