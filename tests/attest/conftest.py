@@ -10,7 +10,6 @@ and an RSA key, so the PEM formats under test are the real ones.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.tools import require_tool
+from tests.infra.keys import ec_key_pair, openssl
 
 ENCRYPTED_PASSWORD = "correct horse battery staple"
 
@@ -38,31 +37,12 @@ class Keys:
     rsa_public: Path
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run([require_tool("openssl"), *args], check=True, capture_output=True)
-
-
-def _ec_pair(directory: Path, name: str, curve: str) -> tuple[Path, Path]:
-    private, public = directory / f"{name}.pem", directory / f"{name}.pub"
-    _openssl(
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        f"ec_paramgen_curve:{curve}",
-        "-out",
-        str(private),
-    )
-    _openssl("pkey", "-in", str(private), "-pubout", "-out", str(public))
-    return private, public
-
-
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
     d = tmp_path_factory.mktemp("keys")
-    private, public = _ec_pair(d, "signer", "P-256")
+    private, public = ec_key_pair(d, "signer", "P-256")
     encrypted = d / "signer-encrypted.pem"
-    _openssl(
+    openssl(
         "pkcs8",
         "-topk8",
         "-v2",
@@ -74,13 +54,13 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
         "-passout",
         f"pass:{ENCRYPTED_PASSWORD}",
     )
-    other_private, other_public = _ec_pair(d, "other", "P-256")
-    p384_private, p384_public = _ec_pair(d, "p384", "P-384")
+    other_private, other_public = ec_key_pair(d, "other", "P-256")
+    p384_private, p384_public = ec_key_pair(d, "p384", "P-384")
     rsa_private, rsa_public = d / "rsa.pem", d / "rsa.pub"
-    _openssl(
+    openssl(
         "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(rsa_private)
     )
-    _openssl("pkey", "-in", str(rsa_private), "-pubout", "-out", str(rsa_public))
+    openssl("pkey", "-in", str(rsa_private), "-pubout", "-out", str(rsa_public))
     return Keys(
         private=private,
         public=public,

@@ -22,6 +22,7 @@ import pytest
 
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_INTERRUPTED, EXIT_USAGE
 from pinguard.testing.demo import build_demo
+from tests.infra.keys import ec_key_pair
 
 #: a name RFC 6761 guarantees never resolves: a DNS failure without any traffic leaving
 UNRESOLVABLE = "registry.pinguard-test.invalid"
@@ -55,26 +56,11 @@ def closed_port() -> int:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the demo image, a Dockerfile, a policy and a signing key pair."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     root = tmp_path_factory.mktemp("broken")
     build_demo(root / "demo.tar", tag="2026-11-29")
     (root / "Dockerfile").write_text("FROM scratch\nRUN pip install torch\n")
     (root / "policy.toml").write_text('name = "broken-env"\n')
-    key = ec.generate_private_key(ec.SECP256R1())
-    (root / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    (root / "key.pub").write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    ec_key_pair(root, "key")
     return root
 
 

@@ -30,6 +30,7 @@ import pytest
 
 from pinguard.testing.demo import Dist, Layer, build_demo, write_oci_archive
 from tests.infra.cli import cli_streams
+from tests.infra.keys import ec_key_pair
 from tests.infra.native import build_so
 from tests.infra.registry import RegistryServer, start_registry
 from tests.infra.tools import require_tool
@@ -54,26 +55,11 @@ class Work:
 
 @pytest.fixture(scope="module")
 def module_work(tmp_path_factory: pytest.TempPathFactory) -> Work:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     root = tmp_path_factory.mktemp("references")
     digest = build_demo(root / "demo.tar", tag=TAG)
     (root / "policy.toml").write_text(POLICY)
     (root / "Dockerfile").write_text("FROM scratch\nRUN pip install torch\n")
-    key = ec.generate_private_key(ec.SECP256R1())
-    (root / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    (root / "key.pub").write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    ec_key_pair(root, "key")
     return Work(root=root, demo_digest=digest)
 
 

@@ -26,10 +26,10 @@ from pinguard.cli import build_parser
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import write_oci_archive
 from tests.infra.fleet import fleet_layers
+from tests.infra.keys import ec_key_pair
 from tests.infra.paths import REPO
 from tests.infra.redis import running_redis
 from tests.infra.registry import free_port, running_registry
-from tests.infra.tools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -55,19 +55,6 @@ def test_every_pinguard_command_in_the_example_parses() -> None:
             build_parser(command[1]).parse_args(command[1:])
         except SystemExit as exc:  # argparse's usage error
             raise AssertionError(f"{name}: {command} does not parse") from exc
-
-
-def keypair(directory: Path, name: str) -> tuple[Path, Path]:
-    openssl = require_tool("openssl")
-    key, pub = directory / f"{name}.pem", directory / f"{name}.pub"
-    genpkey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    subprocess.run([openssl, *genpkey, "-out", str(key)], check=True, capture_output=True)
-    subprocess.run(
-        [openssl, "pkey", "-in", str(key), "-pubout", "-out", str(pub)],
-        check=True,
-        capture_output=True,
-    )
-    return key, pub
 
 
 def localize(command: list[str], swaps: dict[str, str]) -> list[str]:
@@ -101,8 +88,8 @@ def test_the_compose_example_audits_a_push(tmp_path: Path) -> None:
     services = compose["services"]
     secrets = tmp_path / "secrets"
     secrets.mkdir()
-    fleet_key, fleet_pub = keypair(secrets, "fleet")
-    attest_key, _ = keypair(secrets, "attest")
+    fleet_key, fleet_pub = ec_key_pair(secrets, "fleet")
+    attest_key, _ = ec_key_pair(secrets, "attest")
     token = "push-token-" + "0f" * 16
     (secrets / "push-token").write_text(token + "\n")
     policy = tmp_path / "policy.toml"

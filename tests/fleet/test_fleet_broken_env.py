@@ -32,6 +32,7 @@ from pinguard.fleet.app import BROKER_ENV, QUEUE
 from pinguard.fleet.records import ImageRecord, ResultStore
 from pinguard.testing.demo import build_demo, write_oci_archive
 from tests.infra.fleet import fleet_layers
+from tests.infra.keys import ec_key_pair
 from tests.infra.paths import REPO
 from tests.infra.redis import RedisServer
 from tests.infra.registry import free_port, running_registry
@@ -390,20 +391,10 @@ def test_fleet_run_repository_leaves_out_attestation_tags(
     """A repository holding an image and its attestation (`pinguard attest --push` on a
     registry without the referrers API: a `sha256-<hex>` tag) and a cosign-style
     `sha256-<hex>.sig` tag: `fleet run --repository` enqueues the image alone."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     from pinguard.sources.interface import SourceOptions
     from pinguard.sources.registry import RegistrySource, list_tags
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    ec_key_pair(tmp_path, "key")
     (tmp_path / "results").mkdir()
     archive = tmp_path / "app.tar"
     write_oci_archive(fleet_layers("2.11.0+cu130", "2.30.3"), archive, tag="t")

@@ -35,10 +35,10 @@ from pinguard.fleet.dispatch import enqueue, wait
 from pinguard.fleet.records import ImageRecord, ResultStore
 from pinguard.fleet.task import WorkerSettings, require_fleet_keys
 from tests.infra.fleet import start_worker, stop_all
+from tests.infra.keys import ec_key_pair
 from tests.infra.paths import REPO
 from tests.infra.redis import RedisServer
 from tests.infra.registry import RegistryServer, free_port
-from tests.infra.tools import require_tool
 
 FleetRegistry = tuple[RegistryServer, dict[str, str]]
 TRUE_NCCL, FORGED_NCCL = "2.29.7", "2.30.3"  # team/serve:b's NCCL, and what a forger claims
@@ -49,15 +49,7 @@ TOKEN = "push-token-0123456789abcdef"
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The fleet's P-256 key pair, made by openssl as docs/fleet.md says."""
     d = tmp_path_factory.mktemp("fleet-keys")
-    openssl = require_tool("openssl")
-    private, public = d / "fleet.pem", d / "fleet.pub"
-    genpkey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    subprocess.run([openssl, *genpkey, "-out", str(private)], check=True, capture_output=True)
-    subprocess.run(
-        [openssl, "pkey", "-in", str(private), "-pubout", "-out", str(public)],
-        check=True,
-        capture_output=True,
-    )
+    private, public = ec_key_pair(d, "fleet")
     return {"private": private, "public": public}
 
 

@@ -26,9 +26,9 @@ from pinguard.cli import main
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import write_oci_archive
 from tests.infra.fleet import fleet_layers, start_worker
+from tests.infra.keys import ec_key_pair
 from tests.infra.redis import RedisServer
 from tests.infra.registry import free_port, running_registry
-from tests.infra.tools import require_tool
 
 TOKEN = "push-token-0123456789abcdef"
 
@@ -159,15 +159,7 @@ def test_a_push_is_audited_attested_and_verified(
     receiver: ReceiverProcess,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    openssl = require_tool("openssl")
-    key, pub = tmp_path / "attest.pem", tmp_path / "attest.pub"
-    genpkey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    subprocess.run([openssl, *genpkey, "-out", str(key)], check=True, capture_output=True)
-    subprocess.run(
-        [openssl, "pkey", "-in", str(key), "-pubout", "-out", str(pub)],
-        check=True,
-        capture_output=True,
-    )
+    key, pub = ec_key_pair(tmp_path, "attest")
     results = tmp_path / "results"
     worker = start_worker(tmp_path / "w", broker.url(), results, "--attest-key", str(key))
     archive = tmp_path / "serve.tar"
