@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from packaging.utils import NormalizedName
@@ -76,8 +77,10 @@ class Severity(str, enum.Enum):
         return {"info": 0, "warning": 1, "error": 2}[self.value]
 
 
+@lru_cache(maxsize=4096)
 def parse_version(raw: str) -> Version | None:
-    """Return the PEP 440 version for ``raw``, or None when it is not PEP 440."""
+    """Return the PEP 440 version for ``raw``, or None when it is not PEP 440 (parsed once
+    per distinct string: ``Distribution.version`` is read in every diff, rule and sort)."""
     try:
         return Version(raw)
     except InvalidVersion:

@@ -17,12 +17,13 @@ other values nor ``packaging``, which is loaded when markers or requirements are
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from pinguard.errors import InvalidPlatform
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from packaging.requirements import Requirement
 
 
@@ -187,10 +188,32 @@ def parse_requirement(text: str) -> Requirement | None:
 # on Requires-Dist), so the cache holds at most about 128 MiB of text, far less in practice
 # (a large ML image has a few thousand distinct strings).
 REQUIREMENT_CACHE = 32768
+_PARSED: dict[str, Requirement | None] = {}  # text -> parsed; oldest first, bounded
 
 
-@lru_cache(maxsize=REQUIREMENT_CACHE)
 def cached_requirement(text: str) -> Requirement | None:
-    """``parse_requirement`` once per distinct ``text`` (bounded LRU): callers must not
-    change the returned object, which other callers share."""
-    return parse_requirement(text)
+    """``parse_requirement`` once per distinct ``text`` (bounded, the oldest dropped first),
+    or the parse a layer's worker process made of it (``remember_requirements``): callers
+    must not change the returned object, which other callers share."""
+    try:
+        return _PARSED[text]
+    except KeyError:
+        pass
+    req = parse_requirement(text)
+    _remember(text, req)
+    return req
+
+
+def remember_requirements(parsed: Mapping[str, Requirement | None]) -> None:
+    """Requirement strings parsed by another process (the worker that read a layer parses
+    its Requires-Dist lines, ``catalog.python.prepare_distributions``), kept as if parsed
+    here: the parent then parses none of them again."""
+    for text, req in parsed.items():
+        if text not in _PARSED:
+            _remember(text, req)
+
+
+def _remember(text: str, req: Requirement | None) -> None:
+    if len(_PARSED) >= REQUIREMENT_CACHE:
+        del _PARSED[next(iter(_PARSED))]
+    _PARSED[text] = req

@@ -7,6 +7,13 @@ installed requirements that admit a new version and exclude the old one (markers
 for that environment's Python and the image platform), and the requirements left unmet
 after a step (what ``pip check`` would say, computed offline: against every environment the
 same interpreter imports from, ``catalog.python.interpreter_path``).
+
+A ``Differ`` diffs one audit's steps in turn and carries from each step to the next what
+does not change with it: the catalog keeps a distribution object for as long as its
+metadata is unchanged, so each distribution's requirements are read once per audit, and a
+distribution's unmet requirements are checked again only when it, or an installed
+distribution it requires, is another object than at the last check. A step's work is then
+in proportion to what it changed, beside a pass over names and identities.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pinguard.models import (
     Platform,
     Snapshot,
     Unmet,
+    parse_version,
 )
 from pinguard.target import REQUIREMENT_CACHE, cached_requirement, marker_environment
 
@@ -37,6 +45,7 @@ _MOVES = frozenset(
     {ChangeKind.ADDED, ChangeKind.UPGRADED, ChangeKind.DOWNGRADED, ChangeKind.CHANGED}
 )
 PARSE_CACHE = REQUIREMENT_CACHE  # distinct Requires-Dist strings kept parsed (bounded LRU)
+_Menv = tuple[tuple[str, str], ...]  # a marker environment, as a key
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,7 @@ def _parse(text: str) -> _Parsed | None:
 
 
 @lru_cache(maxsize=PARSE_CACHE)
-def _marker_true(text: str, menv: tuple[tuple[str, str], ...]) -> bool:
+def _marker_true(text: str, menv: _Menv) -> bool:
     parsed = _parse(text)
     if parsed is None or parsed.req.marker is None:
         return parsed is not None
@@ -69,9 +78,7 @@ def _marker_true(text: str, menv: tuple[tuple[str, str], ...]) -> bool:
         return False
 
 
-def _requirements(
-    dist: Distribution, menv: tuple[tuple[str, str], ...]
-) -> Iterator[tuple[_Parsed, str]]:
+def _requirements(dist: Distribution, menv: _Menv) -> Iterator[tuple[_Parsed, str]]:
     """``dist``'s requirements that parse and whose marker holds in ``menv``, in file order."""
     for text in dist.requires_dist:
         parsed = _parse(text)
@@ -82,18 +89,7 @@ def _requirements(
         yield parsed, text
 
 
-def _requirers(
-    installed: Mapping[NormalizedName, Distribution], menv: tuple[tuple[str, str], ...]
-) -> dict[NormalizedName, list[tuple[Distribution, _Parsed, str]]]:
-    """Who requires each name, in the order a scan of ``installed`` would meet them."""
-    out: dict[NormalizedName, list[tuple[Distribution, _Parsed, str]]] = {}
-    for dist in installed.values():
-        for parsed, text in _requirements(dist, menv):
-            out.setdefault(parsed.name, []).append((dist, parsed, text))
-    return out
-
-
-def _menv_key(menv: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def _menv_key(menv: Mapping[str, str]) -> _Menv:
     return tuple(sorted(menv.items()))
 
 
@@ -107,10 +103,6 @@ def _admits(req: Requirement, version: Version | None) -> bool:
     if version is None:
         return False
     return req.specifier.contains(version, prereleases=True)
-
-
-def _pick(env: Environment | None) -> dict[NormalizedName, Distribution]:
-    return env.by_name() if env is not None else {}
 
 
 def _kind(before: Distribution, after: Distribution) -> ChangeKind | None:
@@ -130,6 +122,184 @@ def _kind(before: Distribution, after: Distribution) -> ChangeKind | None:
     return None
 
 
+#: One distribution's unmet requirements as last checked: it, what each of its requirements
+#: found installed then, and what was unmet.
+_Checked = tuple[Distribution, tuple[Distribution | None, ...], list[Unmet]]
+
+
+class Differ:
+    """Diffs that share what earlier ones computed (module docstring): made once per audit
+    and handed every step's snapshots in order; a fresh one gives the same answers."""
+
+    def __init__(self) -> None:
+        # (id of a distribution, marker environment) -> (the distribution, its requirements
+        # that hold there); the distribution is kept so that its id is not reused
+        self._reqs: dict[tuple[int, _Menv], tuple[Distribution, list[tuple[_Parsed, str]]]] = {}
+        # (environment path, marker environment) -> {id of a distribution: (it, what each of
+        # its requirements found installed, its unmet requirements)}: the distributions of
+        # the environment as last checked
+        self._unmet: dict[tuple[str, _Menv], dict[int, _Checked]] = {}
+        # id of an environment -> (it, its distributions by name), for the last two states
+        self._names: dict[int, tuple[Environment, dict[NormalizedName, Distribution]]] = {}
+
+    def requirements(self, dist: Distribution, menv: _Menv) -> list[tuple[_Parsed, str]]:
+        """``dist``'s requirements that parse and hold in ``menv``, in file order."""
+        key = (id(dist), menv)
+        hit = self._reqs.get(key)
+        if hit is not None and hit[0] is dist:
+            return hit[1]
+        reqs = list(_requirements(dist, menv))
+        self._reqs[key] = (dist, reqs)
+        return reqs
+
+    def by_name(self, env: Environment | None) -> dict[NormalizedName, Distribution]:
+        """``env.by_name()``, computed once per environment object."""
+        if env is None:
+            return {}
+        hit = self._names.get(id(env))
+        if hit is not None and hit[0] is env:
+            return hit[1]
+        names = env.by_name()
+        self._names[id(env)] = (env, names)
+        return names
+
+    def environments(
+        self,
+        before: Environment | None,
+        after: Environment | None,
+        *,
+        platform: Platform | None,
+        before_all: Sequence[Environment] = (),
+        after_all: Sequence[Environment] = (),
+    ) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
+        """``diff_environments``, with what earlier diffs computed."""
+        either = after if after is not None else before
+        path = either.path if either is not None else ""
+        old = self.by_name(before)
+        new = self.by_name(after)
+        raw: dict[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]] = {}
+        for name in sorted(old.keys() | new.keys()):
+            b, a = old.get(name), new.get(name)
+            if a is b:
+                continue  # the very same distribution: nothing changed
+            if b is None and a is not None:
+                raw[name] = (ChangeKind.ADDED, None, a)
+            elif a is None and b is not None:
+                raw[name] = (ChangeKind.REMOVED, b, None)
+            elif a is not None and b is not None:
+                kind = _kind(b, a)
+                if kind is not None:
+                    raw[name] = (kind, b, a)
+        requirers: dict[NormalizedName, list[tuple[Distribution, _Parsed, str]]] = {}
+        if any(kind in _MOVES and a is not None for kind, _, a in raw.values()):
+            python = (after.python if after else None) or (before.python if before else None)
+            menv = _menv_key(marker_environment(python, platform))
+            for dist in new.values():  # who requires each name, in the order of ``new``
+                for parsed, text in self.requirements(dist, menv):
+                    requirers.setdefault(parsed.name, []).append((dist, parsed, text))
+        changes = []
+        for name, (kind, b, a) in raw.items():
+            causes: tuple[Cause, ...] = ()
+            if kind in _MOVES and a is not None:
+                causes = _cause_chain(name, b, a, requirers, raw)
+            changes.append(
+                Change(
+                    environment=path,
+                    name=name,
+                    kind=kind,
+                    before=b.raw_version if b else None,
+                    after=a.raw_version if a else None,
+                    causes=causes,
+                )
+            )
+        unmet_before = {
+            (u.package, u.requirement) for u in self.unmet(before, platform, before_all)
+        }
+        unmet = tuple(
+            u
+            for u in self.unmet(after, platform, after_all)
+            if (u.package, u.requirement) not in unmet_before
+        )
+        return tuple(changes), unmet
+
+    def snapshots(
+        self, before: Snapshot, after: Snapshot, platform: Platform | None
+    ) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
+        """``diff_snapshots``, with what earlier diffs computed."""
+        live = {id(e) for e in (*before.environments, *after.environments)}
+        self._names = {k: v for k, v in self._names.items() if k in live}
+        changes: list[Change] = []
+        unmet: list[Unmet] = []
+        paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
+        for path in paths:
+            c, u = self.environments(
+                before.environment(path),
+                after.environment(path),
+                platform=platform,
+                before_all=before.environments,
+                after_all=after.environments,
+            )
+            changes.extend(c)
+            unmet.extend(u)
+        return tuple(changes), tuple(unmet)
+
+    def unmet(
+        self, env: Environment | None, platform: Platform | None, envs: Sequence[Environment] = ()
+    ) -> tuple[Unmet, ...]:
+        """``unmet_requirements``; a distribution is checked again only when it, or what one
+        of its requirements finds installed, is not the object it was at the last check."""
+        if env is None:
+            return ()
+        installed: dict[NormalizedName, Distribution] = {}
+        for visible in interpreter_path(env, envs):
+            for name, found in self.by_name(visible).items():
+                installed.setdefault(name, found)
+        menv = _menv_key(marker_environment(env.python, platform))
+        last = self._unmet.get((env.path, menv), {})
+        checked: dict[int, _Checked] = {}
+        out: list[Unmet] = []
+        for dist in self.by_name(env).values():
+            if installed[dist.name] is not dist:
+                continue
+            reqs = self.requirements(dist, menv)
+            deps = tuple(installed.get(parsed.name) for parsed, _ in reqs)
+            hit = last.get(id(dist))
+            if (
+                hit is not None
+                and hit[0] is dist
+                and all(x is y for x, y in zip(hit[1], deps, strict=True))
+            ):
+                checked[id(dist)] = hit
+                out.extend(hit[2])
+                continue
+            mine = [
+                Unmet(
+                    environment=env.path,
+                    package=dist.name,
+                    version=dist.raw_version,
+                    requirement=parsed.shown,
+                    installed=dep.raw_version if dep else None,
+                )
+                for (parsed, text), dep in zip(reqs, deps, strict=True)
+                if not _met(parsed, text, dep)
+            ]
+            checked[id(dist)] = (dist, deps, mine)
+            out.extend(mine)
+        self._unmet[(env.path, menv)] = checked
+        return tuple(sorted(out, key=lambda u: (u.package, u.requirement)))
+
+
+def _met(parsed: _Parsed, text: str, dep: Distribution | None) -> bool:
+    """Whether the installed ``dep`` meets ``parsed`` (the line ``text``), as ``pip check``
+    judges it."""
+    req = parsed.req
+    return dep is not None and (
+        not req.specifier
+        or (dep.version is not None and _admits_version(text, dep.raw_version))
+        or (dep.version is None and dep.raw_version in {s.version for s in req.specifier})
+    )
+
+
 def diff_environments(
     before: Environment | None,
     after: Environment | None,
@@ -141,68 +311,24 @@ def diff_environments(
     """Changes from ``before`` to ``after`` (one environment) and newly unmet requirements
     (``before_all``/``after_all``: every environment of each state, for what the same
     interpreter imports from other directories)."""
-    either = after if after is not None else before
-    path = either.path if either is not None else ""
-    old = _pick(before)
-    new = _pick(after)
-    python = (after.python if after else None) or (before.python if before else None)
-    menv = _menv_key(marker_environment(python, platform))
-    requirers = _requirers(new, menv)
-    raw: dict[NormalizedName, tuple[ChangeKind, Distribution | None, Distribution | None]] = {}
-    for name in sorted(set(old) | set(new)):
-        b, a = old.get(name), new.get(name)
-        if b is None and a is not None:
-            raw[name] = (ChangeKind.ADDED, None, a)
-        elif a is None and b is not None:
-            raw[name] = (ChangeKind.REMOVED, b, None)
-        elif a is not None and b is not None:
-            kind = _kind(b, a)
-            if kind is not None:
-                raw[name] = (kind, b, a)
-    changes = []
-    for name, (kind, b, a) in raw.items():
-        causes: tuple[Cause, ...] = ()
-        if kind in _MOVES and a is not None:
-            causes = _cause_chain(name, b, a, requirers, raw)
-        changes.append(
-            Change(
-                environment=path,
-                name=name,
-                kind=kind,
-                before=b.raw_version if b else None,
-                after=a.raw_version if a else None,
-                causes=causes,
-            )
-        )
-    unmet_before = {
-        (u.package, u.requirement) for u in unmet_requirements(before, platform, before_all)
-    }
-    unmet = tuple(
-        u
-        for u in unmet_requirements(after, platform, after_all)
-        if (u.package, u.requirement) not in unmet_before
+    return Differ().environments(
+        before, after, platform=platform, before_all=before_all, after_all=after_all
     )
-    return tuple(changes), unmet
 
 
 def diff_snapshots(
     before: Snapshot, after: Snapshot, platform: Platform | None
 ) -> tuple[tuple[Change, ...], tuple[Unmet, ...]]:
     """Changes and newly unmet requirements of every environment from one state to the next."""
-    changes: list[Change] = []
-    unmet: list[Unmet] = []
-    paths = sorted({e.path for e in before.environments} | {e.path for e in after.environments})
-    for path in paths:
-        c, u = diff_environments(
-            before.environment(path),
-            after.environment(path),
-            platform=platform,
-            before_all=before.environments,
-            after_all=after.environments,
-        )
-        changes.extend(c)
-        unmet.extend(u)
-    return tuple(changes), tuple(unmet)
+    return Differ().snapshots(before, after, platform)
+
+
+@lru_cache(maxsize=PARSE_CACHE)
+def _admits_version(text: str, raw_version: str) -> bool:
+    """``_admits`` for the Requires-Dist line ``text`` and an installed ``raw_version``, kept
+    (bounded LRU): a step's cause chains and its unmet requirements ask the same questions."""
+    parsed = _parse(text)
+    return parsed is not None and _admits(parsed.req, parse_version(raw_version))
 
 
 def _direct_causes(
@@ -212,12 +338,12 @@ def _direct_causes(
     requirers: Mapping[NormalizedName, list[tuple[Distribution, _Parsed, str]]],
 ) -> list[tuple[Distribution, _Parsed, str]]:
     found = []
-    after_version = after.version
-    before_version = before.version if before is not None else None
     for dist, parsed, text in requirers.get(name, ()):
-        if dist.name == name or not _admits(parsed.req, after_version):
+        if dist.name == name or not _admits_version(text, after.raw_version):
             continue
-        if before is not None and (not parsed.req.specifier or _admits(parsed.req, before_version)):
+        if before is not None and (
+            not parsed.req.specifier or _admits_version(text, before.raw_version)
+        ):
             continue  # admits the old version too: not why it moved
         found.append((dist, parsed, text))
     return found
@@ -259,33 +385,4 @@ def unmet_requirements(
     looked up in the environments of ``envs`` on the same import path, the first on the path
     winning (a distribution shadowed by an earlier directory is not the one imported, and is
     not judged), as ``pip check`` does."""
-    if env is None:
-        return ()
-    installed: dict[NormalizedName, Distribution] = {}
-    for visible in interpreter_path(env, envs):
-        for name, found in _pick(visible).items():
-            installed.setdefault(name, found)
-    menv = _menv_key(marker_environment(env.python, platform))
-    out: list[Unmet] = []
-    for dist in _pick(env).values():
-        if installed[dist.name] is not dist:
-            continue
-        for parsed, _text in _requirements(dist, menv):
-            req = parsed.req
-            dep = installed.get(parsed.name)
-            if dep is not None and (
-                not req.specifier
-                or (dep.version is not None and _admits(req, dep.version))
-                or (dep.version is None and dep.raw_version in {s.version for s in req.specifier})
-            ):
-                continue
-            out.append(
-                Unmet(
-                    environment=env.path,
-                    package=dist.name,
-                    version=dist.raw_version,
-                    requirement=parsed.shown,
-                    installed=dep.raw_version if dep else None,
-                )
-            )
-    return tuple(sorted(out, key=lambda u: (u.package, u.requirement)))
+    return Differ().unmet(env, platform, envs)

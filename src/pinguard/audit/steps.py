@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pinguard.audit.diff import diff_snapshots
+from pinguard.audit.diff import Differ
 from pinguard.audit.hooks import POST_STATE, ImageFacts
 from pinguard.audit.replay import StepEncoder
 from pinguard.audit.state import State
@@ -67,6 +67,7 @@ class StepBuilder:
         self._steps: list[Step] = []
         self._snapshots: list[Snapshot] = []
         self._incomplete: dict[tuple[str, str], Incomplete] = {}
+        self._differ = Differ()  # carries what a step's diff shares with the next
 
     def add(self, digest: str, analysis: LayerAnalysis) -> None:
         """One layer's analysis; replays every step it completes the prefix of."""
@@ -110,7 +111,7 @@ class StepBuilder:
         for item in snap.incomplete:
             if not item.final_only:  # where nothing reaches: the final state says
                 incomplete.setdefault((item.what, item.why), item)
-        changes, unmet = diff_snapshots(previous, snap, self._resolved.platform)
+        changes, unmet = self._differ.snapshots(previous, snap, self._resolved.platform)
         self._keep(
             Step(index, created_by, layer.digest, changes, unmet, comment, layer.diff_id), snap
         )

@@ -36,6 +36,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name
@@ -50,7 +51,10 @@ from pinguard.catalog.interface import (
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, HASH, LINK
 from pinguard.models import Distribution, Environment, Incomplete, Package
-from pinguard.target import cached_requirement
+from pinguard.target import cached_requirement, remember_requirements
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 VERSION = "2"  # bump when parsing changes (the layer cache key also covers this source)
 
@@ -383,10 +387,14 @@ def _requires_txt(text: str) -> list[str]:
 
 
 #: A metadata directory parsed where its layer was read: the files it was parsed from (each
-#: candidate path with the bytes the layer captured there, or None), and what
-#: ``parse_distribution`` made of them.
+#: candidate path with the bytes the layer captured there, or None), what
+#: ``parse_distribution`` made of them, and its Requires-Dist lines parsed (text -> the
+#: requirement, None when it is not one).
 PreparedDistribution = tuple[
-    tuple[tuple[str, bytes | None], ...], Distribution | None, tuple[Incomplete, ...]
+    tuple[tuple[str, bytes | None], ...],
+    Distribution | None,
+    tuple[Incomplete, ...],
+    dict[str, "Requirement | None"],
 ]
 
 
@@ -406,7 +414,9 @@ def prepare_distributions(files: Mapping[str, bytes]) -> dict[str, object]:
     for meta in metas:
         dist, problems = parse_distribution(meta, files)
         sources = tuple((path, files.get(path)) for path in _candidates(meta))
-        out[meta] = (sources, dist, tuple(problems))
+        # its Requires-Dist lines as parsed here, for the diffs (``remember_requirements``)
+        reqs = {t: cached_requirement(t) for t in dist.requires_dist} if dist is not None else {}
+        out[meta] = (sources, dist, tuple(problems), reqs)
     return out
 
 
@@ -610,6 +620,7 @@ class PythonSession(AnalyzerSession):
             if isinstance(made, tuple) and all(files.get(p) is b for p, b in made[0]):
                 cached.clear()
                 hit = cached[seen] = (made[1], made[2])  # the worker's parse of these files
+                remember_requirements(made[3])  # and of its Requires-Dist lines
                 return hit
             dist, problems = parse_distribution(seen, _seen_files(meta, seen, files))
             cached.clear()
