@@ -12,10 +12,7 @@ record with a signed attestation: the example, started as a reader copies it, wo
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ import yaml
 from pinguard.cli import build_parser
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import write_oci_archive
-from tests.infra.fleet import fleet_layers
+from tests.infra.fleet import LoggedProcess, fleet_layers, start_logged
 from tests.infra.keys import ec_key_pair
 from tests.infra.paths import REPO
 from tests.infra.redis import running_redis
@@ -70,17 +67,6 @@ def localize(command: list[str], swaps: dict[str, str]) -> list[str]:
     return [sys.executable, "-m", "pinguard", *words[1:]]
 
 
-def wait_for(log: Path, pattern: str, process: subprocess.Popen[bytes], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace")
-        if match := re.search(pattern, text):
-            return match.group(0)
-        assert process.poll() is None, f"exited {process.returncode}:\n{text}"
-        time.sleep(0.1)
-    raise AssertionError(f"never logged {pattern!r}:\n{log.read_text(errors='replace')}")
-
-
 def test_the_compose_example_audits_a_push(tmp_path: Path) -> None:
     """broker, cache, registry, receiver and worker from the example: a pushed image is
     audited (the demo's NCCL downgrade: a failing record) and attested, once."""
@@ -105,7 +91,7 @@ def test_the_compose_example_audits_a_push(tmp_path: Path) -> None:
 
     broker_args = services["broker"]["command"][1:]
     cache_args = services["cache"]["command"][1:]
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[LoggedProcess] = []
     with (
         running_redis(tmp_path / "broker", extra_args=broker_args) as broker,
         running_redis(tmp_path / "cache", extra_args=cache_args) as cache,
@@ -132,37 +118,22 @@ def test_the_compose_example_audits_a_push(tmp_path: Path) -> None:
             "XDG_CACHE_HOME": str(tmp_path / "xdg"),
         }
         try:
-            logs = {}
             for name in ("receiver", "worker"):
-                logs[name] = tmp_path / f"{name}.log"
-                with logs[name].open("wb") as out:
-                    procs.append(
-                        subprocess.Popen(
-                            localize(services[name]["command"], swaps),
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            cwd=tmp_path,
-                            env=env,
-                        )
-                    )
+                command = localize(services[name]["command"], swaps)
+                procs.append(start_logged(command, tmp_path / f"{name}.log", cwd=tmp_path, env=env))
             receiver, worker = procs
-            wait_for(logs["receiver"], r"listening on \S+", receiver, 60)
-            wait_for(logs["worker"], r" ready\.", worker, 120)
+            receiver.wait_for(r"listening on \S+", 60)
+            worker.wait_for(r" ready\.", 120)
 
             archive = tmp_path / "serve.tar"
             digest = write_oci_archive(fleet_layers("2.12.1+cu130", "2.29.7"), archive, tag="t")
             registry.push(f"oci-archive:{archive}:t", "team/serve:1.0")
             store = ResultStore(results)
-            deadline = time.monotonic() + 180
-            while not store.ids() and time.monotonic() < deadline:
-                assert worker.poll() is None, logs["worker"].read_text()
-                time.sleep(0.2)
+            worker.wait_until(store.ids, 180, "writing the record")
             [record] = store.all()
             assert record.manifest_digest == digest
             assert record.reference.startswith(f"docker://{registry.address}/team/serve@")
-            assert record.attestation is not None, logs["worker"].read_text()[-3000:]
+            assert record.attestation is not None, worker.text()[-3000:]
         finally:
             for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(timeout=30)
+                proc.stop()

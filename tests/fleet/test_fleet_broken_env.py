@@ -31,7 +31,7 @@ from pinguard.errors import EXIT_FINDINGS, EXIT_UNREACHABLE, EXIT_USAGE
 from pinguard.fleet.app import BROKER_ENV, QUEUE
 from pinguard.fleet.records import ImageRecord, ResultStore
 from pinguard.testing.demo import build_demo, write_oci_archive
-from tests.infra.fleet import fleet_layers
+from tests.infra.fleet import fleet_layers, start_logged
 from tests.infra.keys import ec_key_pair
 from tests.infra.paths import REPO
 from tests.infra.redis import RedisServer
@@ -169,15 +169,10 @@ def test_the_broker_lost_while_fleet_run_waits_is_waited_out_then_one_line_exit_
     err = tmp_path / "err.txt"
     cmd = [sys.executable, "-c", "import sys\n" + RUN_CLI, "fleet", "run", "docker://x/y:1"]
     cmd += ["--broker", broker.url(), "--results", str(results), "--timeout", f"{timeout:g}"]
-    with err.open("w") as stderr:
-        proc = subprocess.Popen(
-            cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=stderr, env=child_env(tmp_path)
-        )
+    run = start_logged(cmd, err, cwd=tmp_path, env=child_env(tmp_path), stdout=subprocess.PIPE)
+    proc = run.process
     try:
-        deadline = time.monotonic() + 60
-        while "enqueued 1 audit(s)" not in err.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, err.read_text()
-            time.sleep(0.05)
+        run.wait_for(r"enqueued 1 audit\(s\)", 60)
         assert queued(broker) == 1
         broker.stop()
         stopped = time.monotonic()
@@ -343,15 +338,9 @@ def test_the_receiver_with_its_broker_down_says_so_and_answers_503_in_time(
     log = tmp_path / "receiver.log"
     cmd = [sys.executable, "-c", "import sys\n" + RUN_CLI, "fleet", "receive", "--token-file"]
     cmd += ["token", "--broker", broker, "--listen", "127.0.0.1:0"]
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=child_env(tmp_path)
-        )
+    receiver = start_logged(cmd, log, cwd=tmp_path, env=child_env(tmp_path))
     try:
-        deadline = time.monotonic() + 60
-        while "listening on " not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.05)
+        receiver.wait_for("listening on ", 60)
         lines = log.read_text().splitlines()
         assert lines[0] == (
             f"warning: could not reach the broker {broker}: Error 111 connecting to "
@@ -377,8 +366,7 @@ def test_the_receiver_with_its_broker_down_says_so_and_answers_503_in_time(
         )
         assert ran.code == EXIT_USAGE
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        receiver.stop()
     assert "Traceback" not in log.read_text()
 
 

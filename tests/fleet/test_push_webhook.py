@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +21,7 @@ import pytest
 from pinguard.cli import main
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import write_oci_archive
-from tests.infra.fleet import fleet_layers, start_worker
+from tests.infra.fleet import Receiver, fleet_layers, start_receiver, start_worker
 from tests.infra.keys import ec_key_pair
 from tests.infra.redis import RedisServer
 from tests.infra.registry import free_port, running_registry
@@ -33,52 +29,13 @@ from tests.infra.registry import free_port, running_registry
 TOKEN = "push-token-0123456789abcdef"
 
 
-@dataclass
-class ReceiverProcess:
-    process: subprocess.Popen[bytes]
-    log: Path
-    address: str
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, pattern: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = re.search(pattern, self.text())
-            if match:
-                return match.group(0)
-            time.sleep(0.1)
-        raise AssertionError(f"receiver never logged {pattern!r}:\n{self.text()}")
-
-
-def start_receiver(tmp_path: Path, broker_url: str) -> ReceiverProcess:
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
-    log = tmp_path / "receiver.log"
-    policy = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
-    cmd = [sys.executable, "-m", "pinguard", "fleet", "receive", "--listen", "127.0.0.1:0"]
-    cmd += ["--token-file", str(token), "--broker", broker_url, "--attest"]
-    cmd += ["--policy", str(policy)]  # the registry: the host in each event's target URL
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-    rec = ReceiverProcess(process, log, "")
-    try:
-        rec.address = rec.wait_for(r"listening on (\S+)").split()[-1]
-    except AssertionError:
-        process.kill()
-        raise
-    return rec
-
-
 @pytest.fixture
-def receiver(tmp_path: Path, broker: RedisServer) -> Iterator[ReceiverProcess]:
-    rec = start_receiver(tmp_path, broker.url())
+def receiver(tmp_path: Path, broker: RedisServer) -> Iterator[Receiver]:
+    rec = start_receiver(tmp_path, broker.url(), TOKEN, "--attest")
     try:
         yield rec
     finally:
-        rec.process.terminate()
-        rec.process.wait(timeout=10)
+        rec.stop()
 
 
 def push_event(tag: str, digest: str = "sha256:" + "ab" * 32) -> bytes:
@@ -107,17 +64,16 @@ def post(address: str, body: bytes) -> int:
 
 
 def test_broker_down_answers_503_so_the_registry_retries(tmp_path: Path) -> None:
-    rec = start_receiver(tmp_path, f"redis://127.0.0.1:{free_port()}/0")
+    rec = start_receiver(tmp_path, f"redis://127.0.0.1:{free_port()}/0", TOKEN, "--attest")
     try:
         assert post(rec.address, push_event("sha256-" + "cd" * 32)) == 200  # nothing to send
         assert post(rec.address, push_event("1.0")) == 503
     finally:
-        rec.process.terminate()
-        rec.process.wait(timeout=10)
+        rec.stop()
     assert "enqueued" not in rec.text()
 
 
-def test_receive_rejects_a_request_without_the_token(receiver: ReceiverProcess) -> None:
+def test_receive_rejects_a_request_without_the_token(receiver: Receiver) -> None:
     request = urllib.request.Request(
         f"http://{receiver.address}/events", data=b'{"events": []}', method="POST"
     )
@@ -139,7 +95,7 @@ def test_receive_rejects_a_request_without_the_token(receiver: ReceiverProcess) 
     assert info.value.code == 400
 
 
-def notifications(receiver: ReceiverProcess) -> str:
+def notifications(receiver: Receiver) -> str:
     return (
         "notifications:\n"
         "  endpoints:\n"
@@ -156,7 +112,7 @@ def notifications(receiver: ReceiverProcess) -> str:
 def test_a_push_is_audited_attested_and_verified(
     tmp_path: Path,
     broker: RedisServer,
-    receiver: ReceiverProcess,
+    receiver: Receiver,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     key, pub = ec_key_pair(tmp_path, "attest")
@@ -172,9 +128,7 @@ def test_a_push_is_audited_attested_and_verified(
             ref = f"docker://{registry.address}/team/serve@{digest}"
             receiver.wait_for(re.escape(f"enqueued {ref} (pushed as team/serve:1.0@{digest})"))
             store = ResultStore(results)
-            deadline = time.monotonic() + 120
-            while not store.ids() and time.monotonic() < deadline:
-                time.sleep(0.2)
+            worker.wait_until(store.ids, 120, "writing the record")
             # the attestation the worker attached is a push too: ignored, not audited
             receiver.wait_for(r"ignored team/serve:sha256-[0-9a-f]{64}\S*: a referrers tag")
             [record] = store.all()

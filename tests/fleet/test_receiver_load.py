@@ -25,8 +25,6 @@ import json
 import re
 import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -42,7 +40,14 @@ import pytest
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import Dist, Layer, demo_layers
 from tests.fleet.test_broker_restart import AOFRedis
-from tests.infra.fleet import Worker, fleet_layers, push_fleet, start_worker, stop_all
+from tests.infra.fleet import (
+    Worker,
+    fleet_layers,
+    push_fleet,
+    start_receiver,
+    start_worker,
+    stop_all,
+)
 from tests.infra.redis import running_redis
 from tests.infra.registry import HTTPFront, RegistryServer, free_port, running_registry
 
@@ -160,53 +165,6 @@ class Gate:
     def stop(self) -> None:
         self.open.set()
         self.front.stop()
-
-
-@dataclass
-class Receiver:
-    process: subprocess.Popen[bytes]
-    log: Path
-    address: str = ""
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def start_receiver(workdir: Path, broker: str, registry: str | None) -> Receiver:
-    """``pinguard fleet receive`` on an ephemeral loopback port; ``registry``: the address
-    the workers reach the images by (``--registry``)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    token = workdir / "token"
-    token.write_text(TOKEN + "\n")
-    policy = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
-    cmd = [sys.executable, "-m", "pinguard", "fleet", "receive", "--listen", "127.0.0.1:0"]
-    cmd += ["--token-file", str(token), "--broker", broker, "--policy", str(policy)]
-    if registry is not None:
-        cmd += ["--registry", registry]
-    log = workdir / "receiver.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
-    rec = Receiver(process, log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        match = re.search(r"listening on (\S+)", rec.text())
-        if match:
-            rec.address = match.group(1)
-            return rec
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    rec.stop()
-    raise AssertionError(f"the receiver did not start:\n{rec.text()}")
 
 
 @dataclass(frozen=True)
@@ -393,7 +351,9 @@ def test_a_burst_of_pushes_with_the_broker_stopped_midway(
     gate = Gate(registry.address)
     results = tmp_path / "results"
     workers: list[Worker] = []
-    receiver = start_receiver(tmp_path / "receiver", aof_broker.url(), gate.address)
+    receiver = start_receiver(
+        tmp_path / "receiver", aof_broker.url(), TOKEN, "--registry", gate.address
+    )
     try:
         for name in ("w1", "w2"):
             workers.append(start_worker(tmp_path / name, aof_broker.url(), results, name=name))
@@ -402,10 +362,7 @@ def test_a_burst_of_pushes_with_the_broker_stopped_midway(
         threads = clients.run(envelopes, pace=0.15)
 
         # midway: both workers are inside an audit (held at the gate); stop the broker
-        deadline = time.monotonic() + 30
-        while clients.delivered < ENVELOPES // 2:
-            assert time.monotonic() < deadline, (clients.delivered, receiver.text()[-3000:])
-            time.sleep(0.02)
+        receiver.wait_until(lambda: clients.delivered >= ENVELOPES // 2, 30, "half delivered")
         assert gate.held == 2, (gate.held, [w.text()[-2000:] for w in workers])
         aof_broker.stop()  # SIGTERM: the AOF is written, as on a restart
         stopped = time.monotonic()
@@ -512,7 +469,7 @@ def test_a_broker_that_stops_answering_is_answered_503_in_time(tmp_path: Path) -
     nothing, as a hung or partitioned host does) under four clients: every push is answered
     503 within the registry's timeout, most at once; once it answers again, 200."""
     with running_redis(tmp_path / "broker") as broker:
-        receiver = start_receiver(tmp_path / "receiver", broker.url(), None)
+        receiver = start_receiver(tmp_path / "receiver", broker.url(), TOKEN)
         try:
             digest = "sha256:" + "ab" * 32
             target = {
@@ -546,10 +503,7 @@ def test_a_broker_that_stops_answering_is_answered_503_in_time(tmp_path: Path) -
                     thread.join(30)
             finally:
                 broker.process.send_signal(signal.SIGCONT)
-            deadline = time.monotonic() + 10
-            while post(receiver.address, body) != 200:
-                assert time.monotonic() < deadline, receiver.text()[-3000:]
-                time.sleep(0.2)
+            receiver.wait_until(lambda: post(receiver.address, body) == 200, 10, "answering 200")
         finally:
             receiver.stop()
     print(f"{len(attempts)} answers while stopped: {stats(attempts, 503)}")
@@ -589,10 +543,7 @@ def test_a_task_finished_while_the_broker_is_down_is_acknowledged_once_it_is_bac
     try:
         app = make_app(aof_broker.url(), enqueuer=True)
         [task] = enqueue(app, [f"docker://{gate.address}/team/serve:b"], {"fail_on": "error"})
-        deadline = time.monotonic() + 60
-        while gate.held == 0:
-            assert time.monotonic() < deadline, worker.text()[-3000:]
-            time.sleep(0.05)
+        worker.wait_until(lambda: gate.held > 0, 60, "held at the gate")
         aof_broker.stop()
         stopped = time.monotonic()
         gate.open.set()
@@ -603,10 +554,8 @@ def test_a_task_finished_while_the_broker_is_down_is_acknowledged_once_it_is_bac
         time.sleep(max(0.0, stopped + OUTAGE - time.monotonic()))
         aof_broker.start()
         runs = 1 if patience is None else 2
-        deadline = time.monotonic() + 30
-        while worker.text().count(f"{task.task_id}] succeeded") < runs:
-            assert time.monotonic() < deadline, worker.text()[-3000:]
-            time.sleep(0.1)
+        succeeded = f"{task.task_id}] succeeded"
+        worker.wait_until(lambda: worker.text().count(succeeded) >= runs, 30, f"{runs} run(s)")
         time.sleep(8)  # past the visibility timeout, and a sweep for unacknowledged tasks
         state = make_app(aof_broker.url(), enqueuer=True).AsyncResult(task.task_id).state
         unacked = broker_client(aof_broker.url()).hlen("unacked")
