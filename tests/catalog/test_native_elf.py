@@ -9,6 +9,7 @@ import pytest
 
 from pinguard.catalog.native import analyzer as native
 from pinguard.catalog.native import elf
+from pinguard.catalog.native.loader import parse_ld_so_conf
 from tests.infra.native import build_so, readelf_dynamic
 
 
@@ -200,7 +201,7 @@ def test_ld_so_conf_order() -> None:
         "/etc/ld.so.conf.d/a.conf": b"/opt/a:/opt/a2\n",
         "/etc/ld.so.conf.d/c.txt": b"/opt/ignored\n",
     }
-    assert native.parse_ld_so_conf(files) == (
+    assert parse_ld_so_conf(files) == (
         "/opt/first",
         "/opt/a",
         "/opt/a2",

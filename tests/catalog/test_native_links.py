@@ -11,6 +11,7 @@ from pinguard.catalog import AnalyzerOptions, Analyzers
 from pinguard.catalog.interface import Analyzer
 from pinguard.catalog.native import analyzer as native
 from pinguard.catalog.native.analyzer import NativeAnalyzer
+from pinguard.catalog.native.loader import FileView
 from pinguard.catalog.registry import ANALYZERS
 from pinguard.layers.analysis import LayerAnalysis, analyze_stream
 from pinguard.layers.tar import LINK, STREAM
@@ -155,7 +156,7 @@ def test_libraries_resolve_each_directory_once_as_resolve_does() -> None:
         "/loop/b": "a",
         "/usr/lib/x/back": "..",
     }
-    view = native.FileView(frozenset(), links)
+    view = FileView(frozenset(), links)
     real = native._resolver(view)
     paths = [
         "/lib/libc.so.6",

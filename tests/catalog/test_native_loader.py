@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pinguard.catalog.native.analyzer import FileView
-from pinguard.catalog.native.loader import LoaderConfig, expand, resolve_needed
+from pinguard.catalog.native.loader import FileView, LoaderConfig, expand, resolve_needed
 from pinguard.models import NativeLibrary
 
 SITE = "/usr/local/lib/python3.11/dist-packages"

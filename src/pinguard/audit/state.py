@@ -22,7 +22,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
 
-from pinguard.catalog import AnalyzerOptions, Analyzers, StateView
+from pinguard.catalog import AnalyzerOptions, Analyzers, StateView, StepFacts
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.links import resolve, resolve_parent
 from pinguard.models import Snapshot
@@ -157,8 +157,9 @@ class State(StateView):
                 self._files.add(path, files[real])
                 touched.append(path)
 
-    def apply(self, layer: LayerAnalysis) -> Snapshot:
-        """Apply one layer and return the snapshot after it.
+    def apply(self, layer: LayerAnalysis, step: StepFacts | None = None) -> Snapshot:
+        """Apply one layer and return the snapshot after it (``step``: the layer's digest,
+        what it streamed and the image's facts, for the analyzers' post-state hooks).
 
         Every member lands where its directory resolves through the links already applied
         (a layer written through ``site-packages -> /opt/pkgs`` lands in ``/opt/pkgs``), and
@@ -222,4 +223,4 @@ class State(StateView):
             touched.append(path)
         self._read_through(added, touched)
         self.catalog.update(self, touched)
-        return self.catalog.snapshot(self)
+        return self.catalog.snapshot(self, step)

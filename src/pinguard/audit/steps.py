@@ -1,17 +1,17 @@
 """The steps of an audit: layer analyses replayed through the image history into a state per
-step (``state.py``), the post-state hooks run over it, and each step diffed against the one
-before (``diff.py``). ``StepBuilder`` takes each layer as soon as it exists, in any order,
-so the first steps are replayed while the workers read the last layers."""
+step (``state.py``; its catalog runs the analyzers' post-state hooks with the step's layer and
+the image's facts), and each step diffed against the one before (``diff.py``).
+``StepBuilder`` takes each layer as soon as it exists, in any order, so the first steps are
+replayed while the workers read the last layers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pinguard.audit.diff import Differ
-from pinguard.audit.hooks import POST_STATE, ImageFacts
 from pinguard.audit.replay import StepEncoder
 from pinguard.audit.state import State
-from pinguard.catalog import Analyzers
+from pinguard.catalog import Analyzers, ImageFacts, StepFacts
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.models import AuditResult, ImageInfo, Incomplete, Snapshot, Step
 from pinguard.sources.interface import LayerRef, ResolvedImage
@@ -62,7 +62,7 @@ class StepBuilder:
         self._next = 0  # the first history entry not replayed yet
         self._analyses: dict[str, LayerAnalysis] = {}
         self._state = State(analyzers)
-        self._image_facts = ImageFacts.of(resolved)
+        self._image_facts = ImageFacts.of(resolved.config, resolved.platform)
         self._previous = Snapshot()
         self._steps: list[Step] = []
         self._snapshots: list[Snapshot] = []
@@ -96,7 +96,7 @@ class StepBuilder:
         for flag in analysis.name_flags:  # the layer is not what a conforming writer makes
             what = f"layer {layer.digest} (step {index}): {flag.subject()}"
             incomplete.setdefault((what, flag.why()), Incomplete(what, flag.why()))
-        snap = state.apply(analysis)
+        snap = state.apply(analysis, StepFacts(layer.digest, analysis.streamed, self._image_facts))
         for stored, real in state.opaque_through_links:  # where runtimes disagree
             what = f"layer {layer.digest} (step {index}): opaque whiteout '{stored}/.wh..wh..opq'"
             why = (
@@ -106,8 +106,6 @@ class StepBuilder:
                 f"link with a new directory and leave {real!r} as it was"
             )
             incomplete.setdefault((what, why), Incomplete(what, why))
-        for hook in POST_STATE:  # work over the whole state (the native loader, ...)
-            snap = hook(snap, previous, layer.digest, analysis.streamed, state, self._image_facts)
         for item in snap.incomplete:
             if not item.final_only:  # where nothing reaches: the final state says
                 incomplete.setdefault((item.what, item.why), item)

@@ -17,7 +17,14 @@ are.
 
 from __future__ import annotations
 
-from pinguard.catalog.interface import Analyzer, AnalyzerOptions, AnalyzerSession, StateView
+from pinguard.catalog.interface import (
+    Analyzer,
+    AnalyzerOptions,
+    AnalyzerSession,
+    ImageFacts,
+    StateView,
+    StepFacts,
+)
 from pinguard.catalog.registry import ANALYZERS, Analyzers, Catalog
 
 __all__ = [
@@ -27,5 +34,7 @@ __all__ = [
     "AnalyzerSession",
     "Analyzers",
     "Catalog",
+    "ImageFacts",
     "StateView",
+    "StepFacts",
 ]

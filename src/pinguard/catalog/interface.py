@@ -6,7 +6,11 @@ the layer: ``wants(path)`` returns the ``pinguard.layers.tar`` flags for a regul
 ``open_stream(path, size)`` returns; several flags may be combined, SKIP is 0), and the
 consumer's ``close()`` value is kept in the layer analysis. The per-state half,
 ``session()``, is kept up to date as layers are applied (``update`` with the merged files and
-the paths a layer touched) and adds what it found to the snapshot (``contribute``).
+the paths a layer touched) and adds what it found to the snapshot (``contribute``). A session
+that needs what other analyzers found in the same state (the native analyzer joins each
+library to the wheel or package that owns it) says so with a post-state hook,
+``after_state``: it runs once every session has contributed to the state's parts, so no
+analyzer depends on the order of the analyzer list.
 
 An analyzer is a frozen dataclass whose fields are its options: its ``name``, ``version``,
 ``repr`` (so its options) and the source of the module that defines it are all part of the
@@ -16,13 +20,23 @@ layer cache key, so nothing an analyzer does can be served from a stale cache en
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pinguard.errors import LayerError
 from pinguard.layers.tar import MemberStream, PartReader
-from pinguard.models import DebPackage, Environment, Incomplete, NativeLibrary, Package, debs_of
+from pinguard.models import (
+    DebPackage,
+    Environment,
+    Incomplete,
+    NativeLibrary,
+    Package,
+    Platform,
+    Resolution,
+    debs_of,
+)
+from pinguard.target import platform_machine
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +81,39 @@ class SnapshotParts:
     native: list[NativeLibrary] = field(default_factory=list)
     os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
     packages: list[Package] = field(default_factory=list)  # generic records of any kind
+    resolutions: list[Resolution] = field(default_factory=list)  # by consumer, NEEDED order
 
     @property
     def debs(self) -> tuple[DebPackage, ...]:
         """The Debian packages contributed so far (records of kind ``deb``), as typed views."""
         return debs_of(self.packages)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageFacts:
+    """What a post-state hook may know of the image beyond its states."""
+
+    env: tuple[str, ...] = ()  # the image config's Env, KEY=value strings
+    machine: str = "x86_64"  # platform_machine of the image's platform
+
+    @classmethod
+    def of(cls, config: Mapping[str, object], platform: Platform | None) -> ImageFacts:
+        """From an image config document (``{"config": {"Env": [...]}}``) and platform."""
+        inner = config.get("config")
+        env = inner.get("Env") if isinstance(inner, dict) else None
+        return cls(
+            tuple(str(e) for e in env) if isinstance(env, list) else (),
+            platform_machine(platform) if platform is not None else "x86_64",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepFacts:
+    """The step that made a state, as post-state hooks see it."""
+
+    layer: str = ""  # the digest of the layer applied last ("" outside an audit)
+    written: Collection[str] = ()  # the paths that layer streamed, as stored
+    image: ImageFacts = ImageFacts()
 
 
 class AnalyzerSession(abc.ABC):
@@ -84,6 +126,13 @@ class AnalyzerSession(abc.ABC):
     @abc.abstractmethod
     def contribute(self, state: StateView, parts: SnapshotParts) -> None:
         """Add this analyzer's findings for the current state to ``parts``."""
+
+    def after_state(self, state: StateView, parts: SnapshotParts, step: StepFacts) -> None:
+        """The post-state hook: runs once every session has contributed to this state's
+        ``parts``, so it may read what other analyzers found (environments, packages) and add
+        what needs them, and the step and image around the state. It reads the others'
+        ``contribute`` only, never another hook's additions. The default does nothing."""
+        return
 
 
 class Analyzer(abc.ABC):

@@ -1,6 +1,6 @@
 """The analyzer registry: which analyzers run, what the layer walk keeps for them, the key.
 
-``ANALYZERS`` lists the analyzer classes pinguard runs, in the order their results appear;
+``ANALYZERS`` lists the analyzer classes pinguard runs (in any order: see ``Catalog``);
 adding an analyzer is one entry here plus its module in ``pinguard/catalog/``. ``Analyzers``
 is the set configured for one run: it gives the layer walk one selector (every analyzer's
 flags, OR-ed) and one stream opener (fanning a member out to each analyzer that asked to
@@ -19,16 +19,21 @@ from dataclasses import dataclass
 from pinguard.cache.key import layer_key, source_digest
 from pinguard.catalog.conda import CondaAnalyzer
 from pinguard.catalog.dpkg import DpkgAnalyzer
-from pinguard.catalog.interface import Analyzer, AnalyzerOptions, SnapshotParts, StateView
+from pinguard.catalog.interface import (
+    Analyzer,
+    AnalyzerOptions,
+    SnapshotParts,
+    StateView,
+    StepFacts,
+)
 from pinguard.catalog.native.analyzer import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.tar import SKIP, STREAM, MemberStream, PartReader, Selector
 from pinguard.models import Snapshot
 
-#: Every analyzer pinguard runs, in the order their results appear.
-#: The native analyzer comes last: it joins its libraries to the distributions and packages
-#: the others contributed.
+#: Every analyzer pinguard runs. Their order changes no result: a session that needs what
+#: the others found reads it in its post-state hook (``AnalyzerSession.after_state``).
 ANALYZERS: tuple[type[Analyzer], ...] = (
     PythonAnalyzer,
     DpkgAnalyzer,
@@ -158,14 +163,20 @@ class Catalog:
         for session in self._sessions:
             session.update(state, touched)
 
-    def snapshot(self, state: StateView) -> Snapshot:
+    def snapshot(self, state: StateView, step: StepFacts | None = None) -> Snapshot:
+        """The state's snapshot: every session's contribution, then every post-state hook
+        (``AnalyzerSession.after_state``), each list put in an order of its own, so the
+        order of the analyzers changes nothing."""
         parts = SnapshotParts()
         for session in self._sessions:
             session.contribute(state, parts)
+        for session in self._sessions:
+            session.after_state(state, parts, step or StepFacts())
         return Snapshot(
             environments=tuple(sorted(parts.environments, key=lambda e: e.path)),
-            incomplete=tuple(parts.incomplete),
+            incomplete=tuple(sorted(parts.incomplete, key=lambda i: (i.what, i.why))),
             native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
+            resolutions=tuple(parts.resolutions),
             os_release=parts.os_release,
             packages=tuple(
                 sorted(

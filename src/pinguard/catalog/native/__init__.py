@@ -10,9 +10,9 @@ import. The policy's rules over these facts are ``pinguard.policy.native_rules``
 
 from __future__ import annotations
 
-from pinguard.catalog.native.analyzer import FileView, NativeAnalyzer, NativeSession
+from pinguard.catalog.native.analyzer import NativeAnalyzer, NativeSession
 from pinguard.catalog.native.elf import ElfFacts, ElfScanner
-from pinguard.catalog.native.loader import WATCHED, LoaderConfig, resolve_state
+from pinguard.catalog.native.loader import WATCHED, FileView, LoaderConfig, resolve_state
 
 __all__ = [
     "WATCHED",

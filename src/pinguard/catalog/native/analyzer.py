@@ -4,14 +4,13 @@ This module owns what the catalog records about ELF shared objects: which paths 
 shared objects (``wants``), the consumer that streams each one through
 ``pinguard.catalog.native.elf.ElfScanner`` (SONAME, NEEDED, RPATH/RUNPATH, banner, digest,
 read from the stream in whatever order the file lays them out), dpkg's ``.list`` files,
-``/etc/ld.so.conf(.d)``, and per state each library joined to its owner (``libraries``).
-``FileView`` is a state's files and links as the loader resolver
-(``pinguard.catalog.native.loader``) walks them.
+the ``/etc/ld.so.conf(.d)`` files it captures, and per state, in the session's post-state
+hook, each library joined to its owner (``libraries``), the layer that last wrote it and the
+loader's resolutions (``pinguard.catalog.native.loader``).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,9 +22,11 @@ from pinguard.catalog.interface import (
     AnalyzerSession,
     SnapshotParts,
     StateView,
+    StepFacts,
 )
 from pinguard.catalog.native.elf import BANNERS, ElfFacts, ElfScanner, scan_bytes
-from pinguard.layers.links import resolve
+from pinguard.catalog.native.loader import FileView, is_ld_so_conf, resolve_libraries
+from pinguard.catalog.native.preload import PRELOAD_SOURCES
 from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream, PartReader
 from pinguard.models import DebPackage, Distribution, Environment, Incomplete, NativeLibrary
 
@@ -59,13 +60,6 @@ def wants(path: str) -> bool:
             return True
     return False
 
-
-#: Package files that say what a package loads itself on import, relative to site-packages:
-#: kept whole for the preload model (``pinguard.catalog.native.preload``).
-TORCH_INIT = "torch/__init__.py"
-TORCH_VERSION = "torch/version.py"
-CUPY_WHEEL_JSON = "cupy/.data/_wheel.json"
-PRELOAD_SOURCES = (TORCH_INIT, TORCH_VERSION, CUPY_WHEEL_JSON)
 
 DPKG_INFO = "/var/lib/dpkg/info/"
 
@@ -109,65 +103,6 @@ class ListStream:
 
     def close(self) -> object:
         return list(list_libraries(b"".join(self._parts)))
-
-
-def is_ld_so_conf(path: str) -> bool:
-    """``/etc/ld.so.conf`` and the ``*.conf`` files of ``/etc/ld.so.conf.d``."""
-    return path == "/etc/ld.so.conf" or (
-        path.startswith("/etc/ld.so.conf.d/") and path.endswith(".conf") and path.count("/") == 3
-    )
-
-
-def parse_ld_so_conf(files: Mapping[str, bytes], path: str = "/etc/ld.so.conf") -> tuple[str, ...]:
-    """The directories ``ldconfig`` reads from ``path`` and its ``include`` globs, in order.
-
-    Comments (``#``) and blank lines are ignored; ``include`` patterns are expanded over the
-    captured files in sorted order, as glob(3) sorts them. A file is read at most once.
-    """
-    out: list[str] = []
-    seen: set[str] = set()
-
-    def read(p: str) -> None:
-        if p in seen or p not in files:
-            return
-        seen.add(p)
-        for raw in files[p].decode("utf-8", "replace").splitlines():
-            line = raw.split("#", 1)[0].strip()
-            if not line:
-                continue
-            if line.startswith("include") and line[7:8] in {" ", "\t"}:
-                for raw_pattern in line[8:].split():
-                    pattern = raw_pattern
-                    if not pattern.startswith("/"):
-                        pattern = posixpath.join(posixpath.dirname(p), pattern)
-                    for match in sorted(f for f in files if fnmatch.fnmatchcase(f, pattern)):
-                        read(match)
-                continue
-            if line.startswith("hwcap"):
-                continue
-            for d in re.split(r"[:\s,]+", line):
-                if d.startswith("/"):
-                    out.append(posixpath.normpath(d))
-
-    read(path)
-    return tuple(dict.fromkeys(out))
-
-
-@dataclass(frozen=True, slots=True)
-class FileView:
-    """The regular files and symlinks of a state (absolute, normalised paths)."""
-
-    files: frozenset[str]
-    links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
-
-    def resolve(self, path: str) -> str | None:
-        """``path`` with every symlink in it resolved inside the root (None on a loop)."""
-        return resolve(path, self.links)
-
-    def real_file(self, path: str) -> str | None:
-        """The regular file ``path`` names after symlinks, or None if there is none."""
-        real = self.resolve(path)
-        return real if real is not None and real in self.files else None
 
 
 def _package_of_list(path: str) -> str:
@@ -336,7 +271,7 @@ class NativeAnalyzer(Analyzer):
 
     def wants(self, path: str) -> int:
         if path.endswith(PRELOAD_SOURCES) and "-packages/" in path:
-            return CAPTURE  # what torch and CuPy load themselves (pinguard.catalog.native.preload)
+            return CAPTURE  # what torch and CuPy load themselves (preload.py)
         if ".so" in path:
             if wants(path):
                 return STREAM | LINK
@@ -364,13 +299,20 @@ class NativeAnalyzer(Analyzer):
 
 class NativeSession(AnalyzerSession):
     """Recomputes the libraries of a state from what the layers streamed (cheap: facts
-    are already parsed; owners are joined here because RECORDs and dpkg lists change)."""
+    are already parsed). Owners are joined, and the loader's search run, in the post-state
+    hook, once the Python and dpkg sessions have contributed the state's environments and
+    packages: RECORDs and dpkg lists change from one state to the next."""
 
     def __init__(self) -> None:
         # what the last state's streamed results were read into, kept while the same
         # result objects are there: path -> (result, facts), and the distributions' libraries
         self._facts: dict[str, tuple[object, ElfFacts]] = {}
         self._records: LibraryRecords = {}
+        # this state's ELF facts and dpkg lists (contribute), for the post-state hook
+        self._elf: dict[str, ElfFacts] = {}
+        self._lists: dict[str, list[str]] = {}
+        # the layer that last wrote each library of the last state
+        self._layers: dict[str, str] = {}
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         return None
@@ -399,12 +341,30 @@ class NativeSession(AnalyzerSession):
                 if facts.problem is not None:
                     parts.incomplete.append(Incomplete(path, facts.problem))
         self._facts = read
+        self._elf, self._lists = elf, lists
+
+    def after_state(self, state: StateView, parts: SnapshotParts, step: StepFacts) -> None:
+        """Each library joined to its owner among the environments and Debian packages the
+        other sessions found, with the layer that last wrote it (this step's for what its
+        layer streamed), and where ld.so finds each watched or twice-provided NEEDED."""
         live = {id(d) for env in parts.environments for d in env.distributions}
         self._records = {k: v for k, v in self._records.items() if k in live}
         view = state_view(state)
-        parts.native.extend(
-            libraries(elf, view, parts.environments, parts.debs, lists, memo=self._records)
+        written = set(step.written)
+        before = self._layers
+        layers = {p: step.layer if p in written else before.get(p, "") for p in self._elf}
+        self._layers = layers
+        libs = libraries(
+            self._elf, view, parts.environments, parts.debs, self._lists, layers, self._records
         )
+        parts.native.extend(libs)
+        if libs:
+            environments = sorted(parts.environments, key=lambda e: e.path)
+            parts.resolutions.extend(
+                resolve_libraries(
+                    libs, view, state.files, environments, step.image.env, step.image.machine
+                )
+            )
 
 
 def state_view(state: StateView) -> FileView:

@@ -2,7 +2,8 @@
 
 This module owns the search order, as a pure function over one state's view of the image
 (regular files and symlinks, never the disk), the image config's ``Env`` and the
-``/etc/ld.so.conf`` directories. For an object with ``DT_NEEDED`` entries, each name with
+``/etc/ld.so.conf`` directories (read here: ``parse_ld_so_conf``; ``FileView`` is the state
+as the search walks it). For an object with ``DT_NEEDED`` entries, each name with
 no ``/`` is searched in glibc's order:
 
 1. ``DT_RPATH`` of the object, only when it has no ``DT_RUNPATH``;
@@ -35,9 +36,69 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-from pinguard.catalog.native.analyzer import FileView
 from pinguard.catalog.native.preload import Preload, preloads
-from pinguard.models import Environment, NativeLibrary, Resolution, Snapshot
+from pinguard.layers.links import resolve
+from pinguard.models import Environment, NativeLibrary, Resolution
+
+
+def is_ld_so_conf(path: str) -> bool:
+    """``/etc/ld.so.conf`` and the ``*.conf`` files of ``/etc/ld.so.conf.d``."""
+    return path == "/etc/ld.so.conf" or (
+        path.startswith("/etc/ld.so.conf.d/") and path.endswith(".conf") and path.count("/") == 3
+    )
+
+
+def parse_ld_so_conf(files: Mapping[str, bytes], path: str = "/etc/ld.so.conf") -> tuple[str, ...]:
+    """The directories ``ldconfig`` reads from ``path`` and its ``include`` globs, in order.
+
+    Comments (``#``) and blank lines are ignored; ``include`` patterns are expanded over the
+    captured files in sorted order, as glob(3) sorts them. A file is read at most once.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def read(p: str) -> None:
+        if p in seen or p not in files:
+            return
+        seen.add(p)
+        for raw in files[p].decode("utf-8", "replace").splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("include") and line[7:8] in {" ", "\t"}:
+                for raw_pattern in line[8:].split():
+                    pattern = raw_pattern
+                    if not pattern.startswith("/"):
+                        pattern = posixpath.join(posixpath.dirname(p), pattern)
+                    for match in sorted(f for f in files if fnmatch.fnmatchcase(f, pattern)):
+                        read(match)
+                continue
+            if line.startswith("hwcap"):
+                continue
+            for d in re.split(r"[:\s,]+", line):
+                if d.startswith("/"):
+                    out.append(posixpath.normpath(d))
+
+    read(path)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True, slots=True)
+class FileView:
+    """The regular files and symlinks of a state (absolute, normalised paths)."""
+
+    files: frozenset[str]
+    links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
+
+    def resolve(self, path: str) -> str | None:
+        """``path`` with every symlink in it resolved inside the root (None on a loop)."""
+        return resolve(path, self.links)
+
+    def real_file(self, path: str) -> str | None:
+        """The regular file ``path`` names after symlinks, or None if there is none."""
+        real = self.resolve(path)
+        return real if real is not None and real in self.files else None
+
 
 #: The multiarch triplet Debian uses per machine (``platform_machine``).
 TRIPLETS = {
@@ -260,33 +321,23 @@ def resolve_state(
     return tuple(out)
 
 
-def image_env(config: Mapping[str, object]) -> tuple[str, ...]:
-    """The ``Env`` of an image config document (``{"config": {"Env": [...]}}``)."""
-    inner = config.get("config")
-    env = inner.get("Env") if isinstance(inner, dict) else None
-    return tuple(str(e) for e in env) if isinstance(env, list) else ()
+#: dpkg's database: an image that has one takes Debian's multiarch default directories.
+DPKG_STATUS = "/var/lib/dpkg/status"
 
 
-def attach_native(
-    snap: Snapshot,
-    previous: Snapshot,
-    layer_digest: str,
-    written: Iterable[str],
+def resolve_libraries(
+    libs: Sequence[NativeLibrary],
     view: FileView,
-    config: LoaderConfig,
-    files: Mapping[str, bytes] | None = None,
-) -> Snapshot:
-    """``snap`` with each library's layer (this one for what it wrote, else the one before)
-    and the loader's resolutions in this state (``files``: the captured package files the
-    preload model reads)."""
-    wrote = set(written)
-    before = {lib.path: lib.layer for lib in previous.native}
-    libs = tuple(
-        dataclasses.replace(
-            lib, layer=layer_digest if lib.path in wrote else before.get(lib.path, lib.layer)
-        )
-        for lib in snap.native
+    files: Mapping[str, bytes],
+    environments: Sequence[Environment],
+    env: Sequence[str],
+    machine: str,
+) -> tuple[Resolution, ...]:
+    """The loader's resolutions in one state: its ``libs``, the files and links (``view``),
+    the captured files (``ld.so.conf`` and the package files the preload model reads), the
+    state's environments (sorted by path) and the image's ``Env`` and machine."""
+    config = LoaderConfig.of(
+        env, parse_ld_so_conf(files), machine=machine, debian=DPKG_STATUS in files
     )
-    loaded = preloads(snap.environments, files or {}, libs)
-    resolutions = resolve_state(libs, view, config, WATCHED, snap.environments, loaded)
-    return dataclasses.replace(snap, native=libs, resolutions=resolutions)
+    loaded = preloads(environments, files, libs)
+    return resolve_state(libs, view, config, WATCHED, environments, loaded)

@@ -35,8 +35,14 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from pinguard.catalog.native.analyzer import CUPY_WHEEL_JSON, TORCH_INIT, TORCH_VERSION
 from pinguard.models import Environment, NativeLibrary
+
+#: Package files that say what a package loads itself on import, relative to site-packages:
+#: kept whole for the preload model (this module).
+TORCH_INIT = "torch/__init__.py"
+TORCH_VERSION = "torch/version.py"
+CUPY_WHEEL_JSON = "cupy/.data/_wheel.json"
+PRELOAD_SOURCES = (TORCH_INIT, TORCH_VERSION, CUPY_WHEEL_JSON)
 
 
 @dataclass(frozen=True, slots=True)
