@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import pinguard.cli
+import pinguard.cli.app
 from pinguard.cli import COMMANDS, build_parser
 
 
@@ -23,7 +23,7 @@ def test_every_command_is_registered() -> None:
 
 def test_a_subcommand_that_cannot_be_imported_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """A missing subcommand module raises instead of vanishing from `pinguard --help`."""
-    monkeypatch.setattr(pinguard.cli, "COMMANDS", (*COMMANDS, "no_such_command"))
+    monkeypatch.setattr(pinguard.cli.app, "COMMANDS", (*COMMANDS, "no_such_command"))
     with pytest.raises(ModuleNotFoundError, match=r"pinguard\.cli\.no_such_command"):
         build_parser()
 
