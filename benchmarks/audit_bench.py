@@ -1026,10 +1026,13 @@ def torch_image(address: str, log: Any) -> Image:
 
 
 def _cached_layers(cache_dir: Path) -> tuple[int, int]:
-    """(members, tar bytes) over the layer entries an audit wrote to ``cache_dir``."""
+    """(members, tar bytes) over the layer entries an audit wrote to ``cache_dir`` (``.entry``
+    files holding the analysis under "analysis"; a last release's ``.json`` files are the
+    analysis itself)."""
     members = size = 0
-    for entry in cache_dir.glob("sha256-*.json"):
+    for entry in cache_dir.glob("sha256-*"):
         data = json.loads(entry.read_text())
+        data = data.get("analysis", data)
         members += int(data.get("members", 0))
         size += int(data.get("size", 0))
     return members, size

@@ -104,7 +104,7 @@ def test_cache_second_run_reads_no_layer(
     """With a warm cache no blob is opened, and the result is the same."""
     cache = tmp_path / "cache"
     first = audit_image(demo, options=AuditOptions(cache_dir=cache))
-    assert len(list(cache.glob("sha256-*.json"))) == 4  # one analysis per layer
+    assert len(list(cache.glob("sha256-*.entry"))) == 4  # one analysis per layer
     assert len(list(cache.glob("replay-*.json"))) == 1  # and the image's replay
     from pinguard.sources import oci
 

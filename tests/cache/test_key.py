@@ -24,7 +24,7 @@ import pinguard
 from pinguard.audit.options import AuditOptions
 from pinguard.audit.pipeline import audit_image
 from pinguard.cache.entry import seal, unseal
-from pinguard.cache.local import LayerCache
+from pinguard.cache.store import LocalCache
 from pinguard.cli import main
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.testing.demo import build_demo
@@ -150,11 +150,12 @@ def _poison(cache: Path) -> None:
     entries are removed: a replay never reads the layer entries, so it would hide them."""
     for entry in cache.glob("replay-*.json"):
         entry.unlink()
-    for entry in cache.glob("sha256-*.json"):
+    for entry in cache.glob("sha256-*.entry"):
         data = json.loads(entry.read_text())
-        analysis = LayerAnalysis.from_json(data)
+        del data["content"]
+        analysis = LayerAnalysis.from_json(data["analysis"])
         analysis.files = {p: b for p, b in analysis.files.items() if ".dist-info/" not in p}
-        entry.write_text(seal(analysis.to_json()))
+        entry.write_text(seal({**data, "analysis": analysis.to_json()}))
 
 
 def _packages(path: Path) -> int:
@@ -203,11 +204,11 @@ def test_cache_entry_round_trip_is_exact(tmp_path: Path) -> None:
         unreadable=[("/c", "cannot read: Permission denied")],
         streamed={"/lib/libx.so.1": {"native": {"soname": "libx.so.1", "needed": ["libc.so.6"]}}},
     )
-    cache = LayerCache(tmp_path / "c", "k1")
+    cache = LocalCache(tmp_path / "c", "k1", ())
     cache.put(analysis)
     assert cache.get(analysis.digest) == analysis
-    assert LayerCache(tmp_path / "c", "k2").get(analysis.digest) is None  # other key: a miss
-    assert [p.name for p in (tmp_path / "c").iterdir()] == [f"sha256-{'ab' * 32}.k1.json"]
+    assert LocalCache(tmp_path / "c", "k2", ()).get(analysis.digest) is None  # other key: a miss
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [f"sha256-{'ab' * 32}.k1.entry"]
 
 
 def test_a_sealed_entry_is_read_back_and_any_change_is_a_miss() -> None:

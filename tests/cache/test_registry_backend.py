@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pinguard.cache.store import CacheSpec, FleetKeys
+from pinguard.cache.signed import FleetKeys
+from pinguard.cache.store import CacheSpec
 from pinguard.sources.mediatypes import (
     LAYER_CACHE_ARTIFACT,
     LAYER_CACHE_ENTRY,

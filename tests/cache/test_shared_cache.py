@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from pinguard.cache.backends.redis import PREFIX
-from pinguard.cache.store import CacheSpec, FleetKeys
+from pinguard.cache.signed import FleetKeys
+from pinguard.cache.store import CacheSpec
 from pinguard.cli import main
 from tests.infra.layercache import LAYERS, audit, inventory
 from tests.infra.redis import RedisServer, running_redis, tls_files

@@ -27,7 +27,8 @@ import yaml
 
 from pinguard.cache.backends.redis import PREFIX
 from pinguard.cache.entry import seal, unseal
-from pinguard.cache.store import CacheSpec, FleetKeys
+from pinguard.cache.signed import FleetKeys
+from pinguard.cache.store import CacheSpec
 from pinguard.cli import build_parser, main
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
 from pinguard.fleet.app import QUEUE, make_app

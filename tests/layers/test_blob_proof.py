@@ -268,7 +268,7 @@ def test_an_altered_blob_is_never_cached_and_the_honest_report_is_unchanged(
     cache = tmp_path / "cache"
     actual = _alter_header(path)
     _refused(ref, declared, actual, "--cache-dir", str(cache))
-    entries = [p.name for p in cache.rglob("*.json")] if cache.exists() else []
+    entries = [p.name for p in cache.iterdir()] if cache.exists() else []
     assert not [name for name in entries if declared.split(":")[1] in name], entries
 
     path.write_bytes(honest)

@@ -374,7 +374,7 @@ def test_lazy_entries_never_answer_for_a_full_read(tmp_path: Path, pushed: dict[
     assert [s.changes for s in full.steps] == [s.changes for s in first.steps]
     again = audit_image(pushed["chunked"], options=lazy)
     assert [r.mode for r in again.layer_reads] == ["lazy", "lazy"]
-    entries = [p.name for p in cache.rglob("*.json")]
-    lazy_entries = [n for n in entries if n.endswith("-lazy.json")]
+    entries = [p.name for p in cache.rglob("sha256-*")]
+    lazy_entries = [n for n in entries if n.endswith("-lazy.entry")]
     assert len(lazy_entries) == 2, entries  # beside the two full entries, never instead
     assert len([n for n in entries if n.startswith("sha256-")]) == 4, entries

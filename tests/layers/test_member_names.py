@@ -19,7 +19,7 @@ import pytest
 
 from pinguard.audit.options import AuditOptions
 from pinguard.audit.pipeline import audit_image
-from pinguard.cache.local import LayerCache
+from pinguard.cache.store import LocalCache
 from pinguard.layers.analysis import LayerAnalysis, analyze_stream
 from pinguard.layers.names import (
     ABSOLUTE,
@@ -378,7 +378,7 @@ def test_flags_round_trip_through_the_cache(tmp_path: Path) -> None:
         NameFlag(MORE, "", "", 12),
     ]
     digest = "sha256:" + hashlib.sha256(b"layer").hexdigest()
-    cache = LayerCache(tmp_path / "unit", "k")
+    cache = LocalCache(tmp_path / "unit", "k", ())
     cache.put(LayerAnalysis(digest=digest, name_flags=flags))
     back = cache.get(digest)
     assert back is not None
@@ -387,8 +387,8 @@ def test_flags_round_trip_through_the_cache(tmp_path: Path) -> None:
     ref, (layer,) = _layout(tmp_path, [_tar([(DOTDOT_NAME, _metadata("x"), {})])])
     options = AuditOptions(cache_dir=tmp_path / "cache")
     cold = audit_image(ref, options=options)
-    (entry,) = (tmp_path / "cache").glob("sha256-*.json")
-    entry_flags = json.loads(entry.read_text())["name_flags"]
+    (entry,) = (tmp_path / "cache").glob("sha256-*.entry")
+    entry_flags = json.loads(entry.read_text())["analysis"]["name_flags"]
     assert entry_flags == [[DOTDOT, DOTDOT_NAME, f"/{SITE}/x-1.0.dist-info/METADATA", 1]]
     blob = tmp_path / "layout" / "blobs" / "sha256" / layer.removeprefix("sha256:")
     blob.unlink()  # the warm audit can only have the layer from the cache

@@ -22,8 +22,9 @@ from pinguard.audit.workers import (
     analyze_one,
     analyze_tree,
 )
-from pinguard.cache.local import LayerCache
-from pinguard.cache.store import LayerStore, VerifiedCache
+from pinguard.cache.interface import LayerStore
+from pinguard.cache.store import LocalCache
+from pinguard.cache.verified import VerifiedCache
 from pinguard.catalog import Analyzers
 from pinguard.errors import BlobVerificationError
 from pinguard.layers.analysis import LayerAnalysis
@@ -89,7 +90,7 @@ def load_layers(
     if options.shared_cache is not None:
         cache = options.shared_cache.open(key, analyzers.versions())
     elif options.cache_dir is not None:
-        cache = LayerCache(options.cache_dir, key)
+        cache = LocalCache(options.cache_dir, key, analyzers.versions())
     found: dict[str, LayerAnalysis] = {}
     todo: list[LayerRef] = []
     trees: list[LayerRef] = []

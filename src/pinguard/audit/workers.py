@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from pinguard.cache.store import LayerStore
+from pinguard.cache.interface import LayerStore
 from pinguard.catalog import Analyzers
 from pinguard.errors import SourceError
 from pinguard.layers.analysis import (

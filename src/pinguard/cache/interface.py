@@ -1,18 +1,22 @@
-"""What a shared cache backend is: bytes by name, and the two ways it can fail.
+"""The cache's interface: what a layer store and a backend are, and how they fail.
 
-``CacheBackend`` is the contract the Redis and registry backends implement
-(``pinguard.cache.backends.redis``, ``pinguard.cache.backends.registry``); ``CacheUnavailable``
-says a backend could not be reached, ``EntryRejected`` why an entry read is not used, and
-``MAX_ENTRY_BYTES`` bounds what one entry may hold; ``LockingBackend`` is a backend that can
-also hold short-lived in-flight claims (Redis), for ``LOCK_TTL`` and waited on for at most
-``LOCK_WAIT`` by default. ``pinguard.cache.store`` builds the verified cache on top;
-keeping these here lets the backends sit below it without importing it (and the command line
-show the defaults without loading it).
+``LayerStore`` is what the pipeline reads and writes (``pinguard.cache.verified.VerifiedCache``
+over a backend is the one there is); ``CacheBackend`` is bytes by name in some place, which
+the directory, Redis and registry backends implement (``pinguard.cache.backends``), and
+``LockingBackend`` one that can also hold short-lived in-flight claims (Redis), for
+``LOCK_TTL`` and waited on for at most ``LOCK_WAIT`` by default. ``CacheUnavailable`` says a
+backend could not be reached, ``EntryRejected`` why an entry read is not used, and
+``MAX_ENTRY_BYTES`` bounds what one shared entry may hold. Keeping these here lets the
+backends sit below the store without importing it, and the command line show the defaults
+without loading it (nothing here imports another pinguard module at run time).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pinguard.layers.analysis import LayerAnalysis
 
 #: The most bytes one shared entry may hold.
 MAX_ENTRY_BYTES = 64 << 20
@@ -20,6 +24,16 @@ MAX_ENTRY_BYTES = 64 << 20
 LOCK_TTL = 30.0
 #: The longest an audit waits for another audit's analysis of a layer before doing it too.
 LOCK_WAIT = 900.0
+
+
+class LayerStore(Protocol):
+    """A per-layer analysis cache as the pipeline uses it: ``get`` an analysis by layer
+    digest (None: a miss), ``put`` one, and ``report`` what the audit should note (a shared
+    cache unreachable, an entry refused)."""
+
+    def get(self, digest: str) -> LayerAnalysis | None: ...
+    def put(self, analysis: LayerAnalysis) -> None: ...
+    def report(self) -> tuple[str, ...]: ...
 
 
 class CacheUnavailable(Exception):

@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from pinguard.sources.interface import LayerRef, ResolvedImage
     from pinguard.target import Platform
 
-#: The layout of a layer entry (2: "streamed"; 3: "content" digest; 4: "name_flags").
-LAYER_FORMAT = "4"
+#: The layout of a layer entry (2: "streamed"; 3: "content" digest; 4: "name_flags"; 5: the
+#: local cache's entry is the shared one, layer, key and analyzers beside the analysis).
+LAYER_FORMAT = "5"
 #: Packages whose every module's source is part of the layer key: the code that makes an
 #: analysis and the entry format it is kept in (the catalog's comes in through the
 #: registry's parts: ``pinguard.catalog.Analyzers.key``).

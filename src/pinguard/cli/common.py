@@ -344,7 +344,8 @@ def cache_spec(args: argparse.Namespace) -> CacheSpec | None:
     key files are loaded here, so a bad one is an error before any audit."""
     if not getattr(args, "shared_cache", None) or getattr(args, "no_cache", False):
         return None
-    from pinguard.cache.store import CacheSpec, FleetKeys
+    from pinguard.cache.signed import FleetKeys
+    from pinguard.cache.store import CacheSpec
 
     spec = CacheSpec(
         url=args.shared_cache,

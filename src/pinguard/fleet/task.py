@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pinguard.cache.store import CacheSpec, FleetKeys
+from pinguard.cache.signed import FleetKeys
+from pinguard.cache.store import CacheSpec
 from pinguard.errors import ConfigError, PinguardError, UsageError
 from pinguard.fleet.records import ImageRecord, Package, ResultStore, record_id
 from pinguard.models import AuditResult, Severity

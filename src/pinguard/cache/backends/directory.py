@@ -1,12 +1,13 @@
-"""The directory backend of the shared layer cache: entry bytes as files in one directory.
+"""The directory backend: layer entries as files in one directory, local or shared.
 
-``file:///PATH`` names a directory several workers share (one host's disk, or a network
-file system): each entry is a file named like the Redis key's last part
-(``pinguard.cache.store.entry_name``), written through a temporary file and renamed, so a
-reader sees a whole entry or none; entries are readable by all (0644), as workers may run as other
-users. It holds the same verified (optionally signed) entries as Redis and the registry, so
-the fleet's checks apply to it alike. A directory that cannot be created, read or written
-is ``CacheUnavailable``.
+It holds the per-user cache (``--cache-dir``: ``pinguard.cache.store.LocalCache``, unsigned,
+entries of any size) and a shared one (``file:///PATH``: a directory several workers share,
+on one host's disk or a network file system, with the fleet's checks as for Redis and the
+registry). Each entry is a file named like the Redis key's last part
+(``pinguard.cache.verified.entry_name``) plus ``.entry``, written through a temporary file
+and renamed, so a reader sees a whole entry or none; entries are readable by all (0644), as
+workers may run as other users. A directory that cannot be created, read or written is
+``CacheUnavailable``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ SUFFIX = ".entry"
 class DirectoryBackend:
     """Entries as files under ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, limit: int | None = MAX_ENTRY_BYTES) -> None:
         self.directory = directory
+        self.limit = limit  # the most bytes an entry may hold (None: no bound)
 
     def describe(self) -> str:
         return f"file://{self.directory}"
@@ -33,13 +35,13 @@ class DirectoryBackend:
         path = self.directory / (name + SUFFIX)
         try:
             with path.open("rb") as fh:
-                data = fh.read(MAX_ENTRY_BYTES + 1)
+                data = fh.read() if self.limit is None else fh.read(self.limit + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise CacheUnavailable(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-        if len(data) > MAX_ENTRY_BYTES:
-            raise EntryRejected(f"larger than {MAX_ENTRY_BYTES} bytes")
+        if self.limit is not None and len(data) > self.limit:
+            raise EntryRejected(f"larger than {self.limit} bytes")
         return data
 
     def save(self, name: str, data: bytes) -> None:
