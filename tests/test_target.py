@@ -236,3 +236,32 @@ def test_parse_requirement() -> None:
     assert parse_requirement("torch ==") is None
     assert parse_requirement("") is None
     assert parse_requirement("a b c") is None
+
+
+def test_a_requirement_sent_as_its_parts_is_the_requirement_parsed_here() -> None:
+    """A worker sends each Requires-Dist line it parsed as its parts (a ``Requirement``
+    pickles as its text and is parsed again on load); rebuilt here, it is the same
+    requirement, and the line is not parsed again."""
+    import pickle
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from pinguard import target
+
+    text = "Graph_Lib[Extra1]>=2.0rc1,<3; python_version >= '3.9' and extra == 'fast'"
+    parts = pickle.loads(pickle.dumps(target.requirement_parts(Requirement(text))))
+    target._PARSED.pop(text, None)
+    target.remember_requirements({text: parts, "not a requirement !": None})
+    got = target.cached_requirement(text)
+    assert got is not None
+    assert got is target._PARSED[text]
+    assert got == Requirement(text)
+    assert str(got) == str(Requirement(text))
+    assert got.specifier.contains(Version("2.0rc1"), prereleases=True)
+    assert not got.specifier.contains(Version("3.0"))
+    assert got.marker is not None
+    assert got.marker.evaluate({"python_version": "3.11", "extra": "fast"})
+    assert not got.marker.evaluate({"python_version": "3.8", "extra": "fast"})
+    assert target.cached_requirement("not a requirement !") is None
+    assert target.requirement_parts(None) is None

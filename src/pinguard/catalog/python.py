@@ -51,10 +51,14 @@ from pinguard.catalog.interface import (
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, HASH, LINK
 from pinguard.models import Distribution, Environment, Incomplete, Package
-from pinguard.target import cached_requirement, remember_requirements
+from pinguard.target import (
+    cached_requirement,
+    remember_requirements,
+    requirement_parts,
+)
 
 if TYPE_CHECKING:
-    from packaging.requirements import Requirement
+    from pinguard.target import RequirementParts
 
 VERSION = "2"  # bump when parsing changes (the layer cache key also covers this source)
 
@@ -389,12 +393,12 @@ def _requires_txt(text: str) -> list[str]:
 #: A metadata directory parsed where its layer was read: the files it was parsed from (each
 #: candidate path with the bytes the layer captured there, or None), what
 #: ``parse_distribution`` made of them, and its Requires-Dist lines parsed (text -> the
-#: requirement, None when it is not one).
+#: requirement's parts, None when it is not one).
 PreparedDistribution = tuple[
     tuple[tuple[str, bytes | None], ...],
     Distribution | None,
     tuple[Incomplete, ...],
-    dict[str, "Requirement | None"],
+    dict[str, "RequirementParts | None"],
 ]
 
 
@@ -415,7 +419,11 @@ def prepare_distributions(files: Mapping[str, bytes]) -> dict[str, object]:
         dist, problems = parse_distribution(meta, files)
         sources = tuple((path, files.get(path)) for path in _candidates(meta))
         # its Requires-Dist lines as parsed here, for the diffs (``remember_requirements``)
-        reqs = {t: cached_requirement(t) for t in dist.requires_dist} if dist is not None else {}
+        reqs = (
+            {t: requirement_parts(cached_requirement(t)) for t in dist.requires_dist}
+            if dist is not None
+            else {}
+        )
         out[meta] = (sources, dist, tuple(problems), reqs)
     return out
 
