@@ -1,5 +1,6 @@
-"""Fleet fixtures: a broker redis-server, a cache redis-server, a registry of images sharing a
-base layer, and a result store; workers are started by each test (``tests/infra/fleet.py``)."""
+"""Fleet fixtures: a broker redis-server (``aof_broker``: one persisting every write, to kill),
+a cache redis-server, a registry of images sharing a base layer, and a result store; workers
+are started by each test (``tests/infra/fleet.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from pinguard.testing.demo import demo_layers
 from tests.infra.fleet import fleet_layers, push_fleet
-from tests.infra.redis import RedisServer, running_redis
-from tests.infra.registry import RegistryServer, running_registry
+from tests.infra.redis import AOFRedis, RedisServer, running_redis
+from tests.infra.registry import RegistryServer, free_port, running_registry
 
 IMAGES = {
     "team/serve:a": fleet_layers("2.11.0+cu130", "2.30.3"),
@@ -25,6 +26,18 @@ IMAGES = {
 def broker(tmp_path: Path) -> Iterator[RedisServer]:
     with running_redis(tmp_path / "broker") as r:
         yield r
+
+
+@pytest.fixture
+def aof_broker(tmp_path: Path) -> Iterator[AOFRedis]:
+    """A broker that persists every write to its append-only file and can be SIGKILLed."""
+    server = AOFRedis(port=free_port(), workdir=tmp_path / "broker", password=None)
+    server.workdir.mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,40 +26,11 @@ import pytest
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_UNREACHABLE
 from pinguard.fleet.records import ResultStore
 from tests.infra.fleet import Worker, start_worker
-from tests.infra.redis import RedisServer
-from tests.infra.registry import HTTPFront, RegistryServer, free_port
+from tests.infra.redis import AOFRedis
+from tests.infra.registry import HTTPFront, RegistryServer
 
 FleetRegistry = tuple[RegistryServer, dict[str, str]]
 IMAGES = ("team/serve:a", "team/serve:b", "team/story:bad")  # story:bad fails the policy
-
-
-@dataclass
-class AOFRedis(RedisServer):
-    """A ``redis-server`` that persists every write to its append-only file (fsync every
-    second, Redis's default), as a broker should run, and can be killed with SIGKILL."""
-
-    def _config(self) -> Path:
-        path = super()._config()
-        text = path.read_text().replace("appendonly no", "appendonly yes\nappendfsync everysec")
-        path.write_text(text)
-        return path
-
-    def kill9(self) -> None:
-        assert self.process is not None
-        assert self.process.poll() is None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-
-@pytest.fixture
-def aof_broker(tmp_path: Path) -> Iterator[AOFRedis]:
-    server = AOFRedis(port=free_port(), workdir=tmp_path / "broker", password=None)
-    server.workdir.mkdir()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class HeldFront:

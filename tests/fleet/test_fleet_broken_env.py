@@ -19,8 +19,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,7 @@ from pinguard.errors import EXIT_FINDINGS, EXIT_UNREACHABLE, EXIT_USAGE
 from pinguard.fleet.app import BROKER_ENV, QUEUE
 from pinguard.fleet.records import ImageRecord, ResultStore
 from pinguard.testing.demo import build_demo, write_oci_archive
-from tests.infra.fleet import fleet_layers, start_logged
+from tests.infra.fleet import fleet_layers, post_events, push_event, start_logged
 from tests.infra.keys import ec_key_pair
 from tests.infra.paths import REPO
 from tests.infra.redis import RedisServer
@@ -305,28 +303,6 @@ def test_without_the_fleet_extra_commands_name_it_and_audit_notes_it(tmp_path: P
 # --------------------------------------------------------------------------- the receiver
 
 
-def post_push(address: str, tag: str) -> int:
-    digest = "sha256:" + "ab" * 32
-    target = {
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "repository": "team/serve",
-        "digest": digest,
-        "tag": tag,
-        "url": f"http://127.0.0.1:5000/v2/team/serve/manifests/{digest}",
-    }
-    request = urllib.request.Request(
-        f"http://{address}/events",
-        data=json.dumps({"events": [{"action": "push", "target": target}]}).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def test_the_receiver_with_its_broker_down_says_so_and_answers_503_in_time(
     tmp_path: Path,
 ) -> None:
@@ -348,7 +324,7 @@ def test_the_receiver_with_its_broker_down_says_so_and_answers_503_in_time(
         )
         address = lines[1].split()[-1]
         start = time.monotonic()
-        assert post_push(address, "1.0") == 503
+        assert post_events(address, push_event("1.0"), TOKEN) == 503
         assert time.monotonic() - start < 5.0
         time.sleep(0.2)
         assert log.read_text().splitlines()[2] == (

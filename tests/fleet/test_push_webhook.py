@@ -9,7 +9,6 @@ receiver must ignore rather than audit.
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.error
 import urllib.request
@@ -21,7 +20,14 @@ import pytest
 from pinguard.cli import main
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import write_oci_archive
-from tests.infra.fleet import Receiver, fleet_layers, start_receiver, start_worker
+from tests.infra.fleet import (
+    Receiver,
+    fleet_layers,
+    post_events,
+    push_event,
+    start_receiver,
+    start_worker,
+)
 from tests.infra.keys import ec_key_pair
 from tests.infra.redis import RedisServer
 from tests.infra.registry import free_port, running_registry
@@ -38,36 +44,12 @@ def receiver(tmp_path: Path, broker: RedisServer) -> Iterator[Receiver]:
         rec.stop()
 
 
-def push_event(tag: str, digest: str = "sha256:" + "ab" * 32) -> bytes:
-    target = {
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "repository": "team/serve",
-        "digest": digest,
-        "tag": tag,
-        "url": f"http://127.0.0.1:5000/v2/team/serve/manifests/{digest}",
-    }
-    return json.dumps({"events": [{"action": "push", "target": target}]}).encode()
-
-
-def post(address: str, body: bytes) -> int:
-    request = urllib.request.Request(
-        f"http://{address}/events",
-        data=body,
-        method="POST",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def test_broker_down_answers_503_so_the_registry_retries(tmp_path: Path) -> None:
     rec = start_receiver(tmp_path, f"redis://127.0.0.1:{free_port()}/0", TOKEN, "--attest")
     try:
-        assert post(rec.address, push_event("sha256-" + "cd" * 32)) == 200  # nothing to send
-        assert post(rec.address, push_event("1.0")) == 503
+        nothing = push_event("sha256-" + "cd" * 32)  # a referrers tag: nothing to send
+        assert post_events(rec.address, nothing, TOKEN) == 200
+        assert post_events(rec.address, push_event("1.0"), TOKEN) == 503
     finally:
         rec.stop()
     assert "enqueued" not in rec.text()

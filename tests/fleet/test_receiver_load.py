@@ -39,17 +39,17 @@ import pytest
 
 from pinguard.fleet.records import ResultStore
 from pinguard.testing.demo import Dist, Layer, demo_layers
-from tests.fleet.test_broker_restart import AOFRedis
 from tests.infra.fleet import (
     Worker,
     fleet_layers,
+    post_events,
     push_fleet,
     start_receiver,
     start_worker,
     stop_all,
 )
-from tests.infra.redis import running_redis
-from tests.infra.registry import HTTPFront, RegistryServer, free_port, running_registry
+from tests.infra.redis import AOFRedis, running_redis
+from tests.infra.registry import HTTPFront, RegistryServer, running_registry
 
 TOKEN = "load-token-0123456789abcdef"
 REGISTRY_TIMEOUT = 5.0  # docs/deploy/registry-config.yml: timeout: 5s
@@ -178,21 +178,9 @@ class Attempt:
 
 
 def post(address: str, body: bytes, timeout: float = REGISTRY_TIMEOUT) -> int | str:
-    request = urllib.request.Request(
-        f"http://{address}/events",
-        data=body,
-        method="POST",
-        headers={
-            "Authorization": f"Bearer {TOKEN}",
-            "Content-Type": "application/vnd.docker.distribution.events.v1+json",
-        },
-    )
+    """The receiver's answer, as the registry meets it: a status, ``timeout`` or ``error``."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read()
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
+        return post_events(address, body, TOKEN, timeout)
     except TimeoutError:
         return "timeout"
     except (urllib.error.URLError, OSError) as exc:
@@ -300,17 +288,6 @@ def stats(attempts: list[Attempt], status: int | str) -> str:
 
 
 # --- the load test ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def aof_broker(tmp_path: Path) -> Iterator[AOFRedis]:
-    server = AOFRedis(port=free_port(), workdir=tmp_path / "broker", password=None)
-    server.workdir.mkdir()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ exits first or the time is up; ``stop()`` ends it (SIGTERM, then SIGKILL after 1
 ``kill()`` sends SIGKILL at once (a worker lost mid-audit). ``start_worker`` runs
 ``python -m pinguard worker`` (Celery, ``--pool solo``) in its own directory and waits until
 Celery logs ``ready``; ``start_receiver`` runs ``pinguard fleet receive`` on a free loopback
-port and reads the address it logs; ``stop_all`` stops every worker started.
+port and reads the address it logs, ``post_events`` posts it a registry's notification
+(``push_event``); ``stop_all`` stops every worker started.
 ``enqueue_until_stalled`` enqueues an audit read through a front that holds one download and
 waits until the worker is inside it (a moment to kill it). ``fleet_images`` writes OCI
 archives whose first layer (Python and pip) is byte-identical across images, as images built
@@ -15,12 +16,15 @@ on one base are, and pushes them to a registry.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +164,39 @@ def start_receiver(
         receiver.stop()
         raise
     return receiver
+
+
+def push_event(
+    tag: str, digest: str = "sha256:" + "ab" * 32, repository: str = "team/serve"
+) -> bytes:
+    """The registry's notification of one manifest pushed under ``tag``: the body it posts."""
+    target = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "repository": repository,
+        "digest": digest,
+        "tag": tag,
+        "url": f"http://127.0.0.1:5000/v2/{repository}/manifests/{digest}",
+    }
+    return json.dumps({"events": [{"action": "push", "target": target}]}).encode()
+
+
+def post_events(address: str, body: bytes, token: str, timeout: float = 60) -> int:
+    """POST ``body`` to the receiver at ``address`` as the registry does: its HTTP status."""
+    request = urllib.request.Request(
+        f"http://{address}/events",
+        data=body,
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/vnd.docker.distribution.events.v1+json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def stop_all(*workers: Worker | None) -> None:

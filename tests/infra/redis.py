@@ -3,7 +3,9 @@
 ``start_redis(workdir, password=...)`` writes a config (no persistence, ``maxmemory-policy
 noeviction`` as a Celery broker needs, ``requirepass`` when a password is given) and waits
 until the server answers PING. ``RedisServer.stop()`` ends it (SIGTERM, then SIGKILL) and
-``restart()`` starts it again on the same port, for the cache-down and restarted faults.
+``restart()`` starts it again on the same port, for the cache-down and restarted faults;
+``AOFRedis`` persists every write to its append-only file, as a broker should run, and
+``kill9()`` SIGKILLs it (a broker lost and restarted).
 ``tls_files(dir)`` makes a CA and a server certificate for 127.0.0.1 with ``openssl``;
 given as ``tls``, the server listens with TLS only (``tls-port``), and with
 ``tls_clients=True`` demands a client certificate signed by that CA.
@@ -13,6 +15,8 @@ Under ``CI=true`` a missing ``redis-server`` fails the test (``require_tool``).
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -207,3 +211,21 @@ def running_redis(workdir: Path, **kwargs: Any) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@dataclass
+class AOFRedis(RedisServer):
+    """A ``redis-server`` that persists every write to its append-only file (fsync every
+    second, Redis's default), as a broker should run, and can be killed with SIGKILL."""
+
+    def _config(self) -> Path:
+        path = super()._config()
+        text = path.read_text().replace("appendonly no", "appendonly yes\nappendfsync everysec")
+        path.write_text(text)
+        return path
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        assert self.process.poll() is None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
