@@ -3,7 +3,7 @@
 An entry is canonical JSON (sorted keys, no spaces) with ``content``, the sha256 of that
 JSON, written as its first key (``seal``); ``unseal`` checks the digest over the bytes as
 stored and returns None for anything else (a shared layer entry is the same, inside a DSSE
-envelope when signed: ``pinguard.cache.store``), so an entry cut short, altered after it was
+envelope when signed: ``pinguard.cache.signed``), so an entry cut short, altered after it was
 written (even into valid JSON) or written by another format is a miss, never a wrong answer.
 ``EntryDir`` keeps sealed entries of one kind in a directory as ``<kind>-<key>.json``, each
 carrying its own key (an entry copied under another name is a miss too), written atomically

@@ -1,15 +1,15 @@
 """The Redis backend of the shared layer cache: entry bytes under ``pinguard::layer::<name>``.
 
 Like trivy's ``fanal::blob::<key>``, one Redis string per layer analysis, named by the layer
-digest and the full cache key (``pinguard.cache.store.entry_name``), written with ``SET ... EX ttl``
-when a TTL is set. An in-flight claim on a layer is ``SET pinguard::inflight::<name> TOKEN NX
-PX ttl``, extended and dropped by small scripts that act only while TOKEN still holds it.
-``redis://`` is plain TCP, ``rediss://`` TLS (a CA bundle, and a client
-certificate and key for mutual TLS); AUTH takes the password from the URL or from
-``$PINGUARD_CACHE_PASSWORD``. Short connect and read timeouts: a cache that is down must
-cost an audit seconds, not minutes. Every Redis error becomes ``CacheUnavailable``, and so
-does redis-py not being installed (pinguard without the ``fleet`` extra): the audit notes it
-and goes on without the shared cache. The client is made on first use and dropped when
+digest and the full cache key (``pinguard.cache.verified.entry_name``), written with ``SET
+... EX ttl`` when a TTL is set. An in-flight claim on a layer is ``SET
+pinguard::inflight::<name> TOKEN NX PX ttl``, extended and dropped by small scripts that act
+only while TOKEN still holds it. ``redis://`` is plain TCP, ``rediss://`` TLS (a CA bundle,
+and a client certificate and key for mutual TLS); AUTH takes the password from the URL or
+from ``$PINGUARD_CACHE_PASSWORD``. Short connect and read timeouts: a cache that is down
+must cost an audit seconds, not minutes. Every Redis error becomes ``CacheUnavailable``, and
+so does redis-py not being installed (pinguard without the ``fleet`` extra): the audit notes
+it and goes on without the shared cache. The client is made on first use and dropped when
 pickled (the pipeline's worker processes).
 """
 

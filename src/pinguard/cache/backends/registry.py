@@ -6,11 +6,11 @@ image manifest of artifact type ``application/vnd.pinguard.layer-cache-entry.v1+
 the empty config and one layer (the entry's bytes: canonical JSON or a DSSE envelope),
 tagged ``<algo>-<hex>.<key>``: the layer digest and the full cache key, which covers the
 analyzers' versions (a valid tag: at most 128 characters of ``[A-Za-z0-9_.-]``). Reading
-fetches the manifest by tag and the layer blob by digest (verified against it, as every
-blob is); the entry inside is then verified by ``pinguard.cache.store`` like any other. A
-missing tag is a miss; a manifest that is not such an artifact is a rejected entry; a registry that
-cannot be reached is ``CacheUnavailable``. One retry, short timeouts: a cache must not
-stall an audit. Credentials come from the docker config, as for images.
+fetches the manifest by tag and the layer blob by digest (verified against it, as every blob
+is); the entry inside is then verified by ``pinguard.cache.verified`` like any other. A
+missing tag is a miss; a manifest that is not such an artifact is a rejected entry; a
+registry that cannot be reached is ``CacheUnavailable``. One retry, short timeouts: a cache
+must not stall an audit. Credentials come from the docker config, as for images.
 """
 
 from __future__ import annotations
