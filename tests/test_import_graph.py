@@ -1,7 +1,9 @@
 """The import graph of ``src/pinguard``: no module imports itself back, through any path, and
 no package (``pinguard.<name>``) does either; layers/ never names the catalog above it, nor
-imports the sources or the cache; the cache's key, entry and backend interface import
-nothing above ``errors`` and ``fileio`` (a warm audit reads its entry with them alone); and
+imports the sources or the cache; sources/ imports neither, nor anything above; cache/
+imports no analyzer and nothing of the audit, policy, report or command line; the cache's
+key, entry and backend interface load nothing above ``errors`` and ``fileio`` (a warm audit
+reads its entry with them alone); and
 nothing outside sources/ imports one of the registry client's modules (only its package).
 
 Every ``import`` statement counts, at module level or inside a function (a lazy import is
@@ -172,6 +174,18 @@ def test_layers_imports_nothing_from_sources_nor_the_cache() -> None:
         if t.startswith(("pinguard.sources", "pinguard.cache"))
     )
     assert named == []
+
+
+def test_sources_and_the_cache_import_nothing_above_them() -> None:
+    """sources/ hands out streams, it never reads them (layers/), keeps them (cache/) or
+    analyses them; cache/ keeps what it is handed, knowing no analyzer (the catalog hands
+    the layer key its parts) and nothing of the audit, policy, report or command line."""
+    above = ("pinguard.audit", "pinguard.policy", "pinguard.report", "pinguard.cli")
+    sources = _outside("pinguard.sources")
+    assert sorted(t for t in sources if t.startswith(("pinguard.layers", "pinguard.cache"))) == []
+    assert sorted(t for t in sources if t.startswith(("pinguard.catalog", *above))) == []
+    cache = _outside("pinguard.cache")
+    assert sorted(t for t in cache if t.startswith(("pinguard.catalog", *above))) == []
 
 
 def test_the_cache_ground_imports_nothing_above_fileio() -> None:
