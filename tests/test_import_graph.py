@@ -201,3 +201,42 @@ def test_the_cache_ground_imports_nothing_above_fileio() -> None:
     loaded = {m for m in out.stdout.split() if m.startswith("pinguard")}
     assert loaded <= {"pinguard", "pinguard.cache", "pinguard.errors", "pinguard.fileio", *names}
     assert "packaging" not in out.stdout.split()
+
+
+#: What audit/ may name of the catalog: the package (its re-exports: ``Analyzers``,
+#: ``Catalog``, ``StateView``, ``StepFacts``, ...) and the protocol module.
+CATALOG_INTERFACE = frozenset({"pinguard.catalog", "pinguard.catalog.interface"})
+
+
+def test_audit_imports_only_the_catalogs_interface() -> None:
+    """No module of audit/ names a concrete analyzer (``catalog.python``, ``catalog.native``,
+    ...) or the registry, by an import or by a string handed to ``import_module``: the audit
+    runs whatever analyzers the registry lists, through the protocol."""
+    named: list[str] = []
+    for path in sorted((SRC / "audit").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        named += [
+            f"{path.name}: {node.value}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("pinguard.catalog")
+            and node.value not in CATALOG_INTERFACE
+        ]
+    for module, targets in sorted(_edges(_modules()).items()):
+        if module.startswith("pinguard.audit"):
+            named += [
+                f"{module} -> {t}"
+                for t in sorted(targets)
+                if t.startswith("pinguard.catalog") and t not in CATALOG_INTERFACE
+            ]
+    assert named == []
+
+
+def test_the_audit_rule_sees_a_concrete_analyzer() -> None:
+    """The edge finder reports an import from an analyzer's module (the registry's
+    ``from pinguard.catalog.python import PythonAnalyzer``) as an edge to that module, not
+    to the package, so the rule above could fail."""
+    edges = _edges(_modules())
+    assert "pinguard.catalog.python" in edges["pinguard.catalog.registry"]
+    assert "pinguard.catalog.native.analyzer" in edges["pinguard.catalog.registry"]

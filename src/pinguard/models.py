@@ -11,6 +11,8 @@ resolving an image needs no more) and re-exported here with the values it travel
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -162,6 +164,50 @@ class Environment:
         for d in sorted(self.distributions, key=lambda d: d.metadata_path):
             out.setdefault(d.name, d)
         return out
+
+
+# Debian's and Ubuntu's python3 (their site.py patch) import from, in this order:
+# /usr/local/lib/python3.X/dist-packages (pip as root), /usr/lib/python3/dist-packages (apt),
+# /usr/lib/python3.X/dist-packages (legacy); each only when it exists.
+_DEBIAN_LOCAL = re.compile(r"^/usr/local/lib/python(3\.\d+)/dist-packages$")
+_DEBIAN_LEGACY = re.compile(r"^/usr/lib/python(3\.\d+)/dist-packages$")
+_DEBIAN_SHARED = "/usr/lib/python3/dist-packages"
+
+
+def _debian_python(env: Environment, envs: Sequence[Environment]) -> str | None:
+    """The X.Y of the Debian system Python whose import path holds ``env``, or None."""
+    found = _DEBIAN_LOCAL.match(env.path) or _DEBIAN_LEGACY.match(env.path)
+    if found:
+        return found.group(1)
+    if env.path != _DEBIAN_SHARED:
+        return None
+    if env.python:  # "3.11" or "3.11.2"
+        return ".".join(env.python.split(".")[:2])
+    versions = {
+        m.group(1)
+        for e in envs
+        if (m := _DEBIAN_LOCAL.match(e.path) or _DEBIAN_LEGACY.match(e.path))
+    }
+    return versions.pop() if len(versions) == 1 else None
+
+
+def interpreter_path(env: Environment, envs: Sequence[Environment]) -> tuple[Environment, ...]:
+    """The environments of ``envs`` that the Python owning ``env`` imports from, in its
+    ``sys.path`` order (``env`` included): Debian's three dist-packages directories for its
+    system python3, ``env`` alone for anything else (a venv, python.org's site-packages).
+    A requirement of a distribution in ``/usr/local/lib/python3.11/dist-packages`` is met by
+    apt's ``/usr/lib/python3/dist-packages`` too, as pip and ``pip check`` see it."""
+    version = _debian_python(env, envs)
+    if version is None:
+        return (env,)
+    by_path = {e.path: e for e in envs}
+    by_path[env.path] = env
+    order = (
+        f"/usr/local/lib/python{version}/dist-packages",
+        _DEBIAN_SHARED,
+        f"/usr/lib/python{version}/dist-packages",
+    )
+    return tuple(by_path[p] for p in order if p in by_path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ a legacy, non-PEP 440 version on either side is ``changed``, order unknown), the
 installed requirements that admit a new version and exclude the old one (markers evaluated
 for that environment's Python and the image platform), and the requirements left unmet
 after a step (what ``pip check`` would say, computed offline: against every environment the
-same interpreter imports from, ``catalog.python.interpreter_path``).
+same interpreter imports from, ``models.interpreter_path``).
 
 A ``Differ`` diffs one audit's steps in turn and carries from each step to the next what
 does not change with it: the catalog keeps a distribution object for as long as its
@@ -26,7 +26,6 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from pinguard.catalog.python import interpreter_path
 from pinguard.models import (
     Cause,
     Change,
@@ -36,6 +35,7 @@ from pinguard.models import (
     Platform,
     Snapshot,
     Unmet,
+    interpreter_path,
     parse_version,
 )
 from pinguard.target import REQUIREMENT_CACHE, cached_requirement, marker_environment

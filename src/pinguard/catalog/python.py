@@ -19,9 +19,9 @@ that is not UTF-8 (decoded with replacement), a kept header above its cap, a dis
 directory name and ``Name`` disagree, an egg-info without a ``Version`` (listed with an
 unknown version), and pip's ``~``-prefixed leftovers of an interrupted install (never counted
 as installed). Suffixes match in any case; the interpreter's own ``Python-X.Y.egg-info``
-(``Name: Python``, as Debian ships it) is not a distribution. ``interpreter_path`` says which
-environments one interpreter imports from together (Debian's python3 reads three
-dist-packages directories).
+(``Name: Python``, as Debian ships it) is not a distribution. Which environments one
+interpreter imports from together (Debian's python3 reads three dist-packages directories)
+is ``pinguard.models.interpreter_path``: the audit's diff and the prediction read it too.
 """
 
 from __future__ import annotations
@@ -136,50 +136,6 @@ def metadata_dir(path: str) -> str | None:
 def is_env_dir(path: str) -> bool:
     """True for a ``site-packages`` or ``dist-packages`` directory path."""
     return path[path.rfind("/") + 1 :] in ENV_DIRS
-
-
-# Debian's and Ubuntu's python3 (their site.py patch) import from, in this order:
-# /usr/local/lib/python3.X/dist-packages (pip as root), /usr/lib/python3/dist-packages (apt),
-# /usr/lib/python3.X/dist-packages (legacy); each only when it exists.
-_DEBIAN_LOCAL = re.compile(r"^/usr/local/lib/python(3\.\d+)/dist-packages$")
-_DEBIAN_LEGACY = re.compile(r"^/usr/lib/python(3\.\d+)/dist-packages$")
-_DEBIAN_SHARED = "/usr/lib/python3/dist-packages"
-
-
-def _debian_python(env: Environment, envs: Sequence[Environment]) -> str | None:
-    """The X.Y of the Debian system Python whose import path holds ``env``, or None."""
-    found = _DEBIAN_LOCAL.match(env.path) or _DEBIAN_LEGACY.match(env.path)
-    if found:
-        return found.group(1)
-    if env.path != _DEBIAN_SHARED:
-        return None
-    if env.python:  # "3.11" or "3.11.2"
-        return ".".join(env.python.split(".")[:2])
-    versions = {
-        m.group(1)
-        for e in envs
-        if (m := _DEBIAN_LOCAL.match(e.path) or _DEBIAN_LEGACY.match(e.path))
-    }
-    return versions.pop() if len(versions) == 1 else None
-
-
-def interpreter_path(env: Environment, envs: Sequence[Environment]) -> tuple[Environment, ...]:
-    """The environments of ``envs`` that the Python owning ``env`` imports from, in its
-    ``sys.path`` order (``env`` included): Debian's three dist-packages directories for its
-    system python3, ``env`` alone for anything else (a venv, python.org's site-packages).
-    A requirement of a distribution in ``/usr/local/lib/python3.11/dist-packages`` is met by
-    apt's ``/usr/lib/python3/dist-packages`` too, as pip and ``pip check`` see it."""
-    version = _debian_python(env, envs)
-    if version is None:
-        return (env,)
-    by_path = {e.path: e for e in envs}
-    by_path[env.path] = env
-    order = (
-        f"/usr/local/lib/python{version}/dist-packages",
-        _DEBIAN_SHARED,
-        f"/usr/lib/python{version}/dist-packages",
-    )
-    return tuple(by_path[p] for p in order if p in by_path)
 
 
 _UV_ARCHIVE = re.compile(r"^archive-v\d+$")

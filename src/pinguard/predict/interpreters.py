@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from pinguard.catalog.python import interpreter_path
-from pinguard.models import Distribution, Environment, Snapshot
+from pinguard.models import Distribution, Environment, Snapshot, interpreter_path
 from pinguard.predict.base import DEFAULT_PATH
 
 _SITE = re.compile(r"^(?P<prefix>/.*?)/lib/python(?P<version>3\.\d+)/site-packages$")
