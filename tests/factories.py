@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from packaging.utils import canonicalize_name
 
+from pinguard.catalog.python import with_environments
 from pinguard.models import (
     AuditResult,
     Cause,
@@ -88,7 +89,7 @@ def result(
     incomplete: Iterable[Incomplete] = (),
     reference: str = "example/glm:latest",
 ) -> AuditResult:
-    final = Snapshot(environments=tuple(envs))
+    final = with_environments(Snapshot(), envs)  # with their generic records, as an audit
     steps = tuple(steps)
     return AuditResult(
         image=ImageInfo(reference, "sha256:" + "ab" * 32, platform, "oci-archive"),

@@ -24,6 +24,7 @@ from pinguard.target import Platform  # re-exported: the values below travel wit
 
 __all__ = [
     "DEB",
+    "PYTHON",
     "SCHEMA_ID",
     "AuditResult",
     "Cause",
@@ -47,11 +48,13 @@ __all__ = [
     "Step",
     "Unmet",
     "debs_of",
+    "package_order",
     "parse_version",
 ]
 
 SCHEMA_ID = "pinguard/audit/v1"
 DEB = "deb"  # the generic record kind of a Debian package (the dpkg analyzer's records)
+PYTHON = "python"  # the generic record kind of a Python distribution (the Python analyzer's)
 
 
 class ChangeKind(str, enum.Enum):
@@ -254,6 +257,11 @@ class Package:
         return dict(self.properties).get(key)
 
 
+def package_order(package: Package) -> tuple[str, str, str, str, str]:
+    """The order of ``Snapshot.packages``: kind, owner, name, location, key."""
+    return (package.kind, package.owner or "", package.name, package.location, package.key)
+
+
 def debs_of(packages: tuple[Package, ...] | list[Package]) -> tuple[DebPackage, ...]:
     """The records of kind ``deb`` among ``packages`` as ``DebPackage`` views, in order."""
     return tuple(
@@ -324,8 +332,8 @@ class Snapshot:
     native: tuple[NativeLibrary, ...] = ()  # sorted by path
     resolutions: tuple[Resolution, ...] = ()  # sorted by consumer, then NEEDED order
     os_release: tuple[tuple[str, str], ...] = ()  # os-release(5) KEY=value pairs, sorted
-    # every package of every kind as a generic record, sorted by (kind, owner, name,
-    # location, key): what the SBOMs and the JSON report loop over
+    # every package of every kind as a generic record, in ``package_order``: what the SBOMs
+    # and the JSON report loop over
     packages: tuple[Package, ...] = ()
 
     @property
@@ -339,7 +347,11 @@ class Snapshot:
         what Python's rules need). What the table counts, the HTML lists as "Other packages",
         the JSON under ``packages`` and the policy's ``[[forbidden]]`` judges as records."""
         typed = {d.metadata_path for env in self.environments for d in env.distributions}
-        return tuple(p for p in self.packages if p.kind != DEB and p.location not in typed)
+        return tuple(
+            p
+            for p in self.packages
+            if p.kind != DEB and not (p.kind == PYTHON and p.location in typed)
+        )
 
     def os_field(self, key: str) -> str | None:
         """One os-release value (``ID``, ``VERSION_ID``, ...), None when absent."""

@@ -123,6 +123,7 @@ def test_shuffling_the_analyzers_changes_no_snapshot_and_no_report_byte(tmp_path
         ("conda", "zlib"),
         ("deb", "libpng16-16"),
         ("deb", "zlib1g"),
+        ("python", "zwheel"),  # the environment's distribution, as a generic record too
     ]
     report = render(first)
     for order in orders[1:]:

@@ -15,6 +15,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packaging.utils import canonicalize_name
 
 from pinguard.catalog.dpkg import os_release, packages, parse_os_release, purl
+from pinguard.catalog.python import with_environments
 from pinguard.models import (
     AuditResult,
     ChangeKind,
@@ -71,14 +72,17 @@ def result(
     nccl = Distribution(NCCL, "2.29.7", f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info")
     sympy = Distribution(canonicalize_name("sympy"), "1.14.0", f"{ENV}/sympy-1.14.0.dist-info")
     system_nccl = Distribution(NCCL, "2.30.3", f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info")
-    final = Snapshot(
-        environments=(
-            Environment(ENV, "3.12.7", (nccl, sympy, torch)),
-            Environment(SYSTEM, "3.12.7", (system_nccl,)),
-        ),
+    debian = Snapshot(
         os_release=parse_os_release(OS_RELEASE),
         packages=packages(
             [("libnccl2", "2.30.3-1+cuda13.0", "arm64")], parse_os_release(OS_RELEASE)
+        ),
+    )
+    final = with_environments(
+        debian,
+        (
+            Environment(ENV, "3.12.7", (nccl, sympy, torch)),
+            Environment(SYSTEM, "3.12.7", (system_nccl,)),
         ),
     )
     steps = (
@@ -151,20 +155,26 @@ def test_facts_provenance_hashes_and_graph() -> None:
     """Each distribution per environment, its installing step, RECORD hashes in hex, the wheel
     hash from direct_url, and Requires-Dist edges only where markers apply and it is installed."""
     facts = sbom_facts(result())
-    by_ref = {p.ref: p for p in facts.python}
-    assert len(facts.python) == 4  # NCCL twice: once per environment
+    by_ref = {p.ref: p for p in facts.packages}
+    # NCCL twice (once per environment), in the documents' order, then the Debian package
+    assert [(p.id_kind, p.ref) for p in facts.packages] == [
+        ("Python", f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info"),
+        ("Python", f"{ENV}/sympy-1.14.0.dist-info"),
+        ("Python", f"{ENV}/torch-2.12.1.dist-info"),
+        ("Python", f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info"),
+        ("Deb", "deb:libnccl2:arm64"),
+    ]
     torch = by_ref[f"{ENV}/torch-2.12.1.dist-info"]
-    assert torch.step is not None
-    assert torch.step.index == 2
+    assert torch.purl == "pkg:pypi/torch@2.12.1"  # as the Python analyzer built it
+    props = dict(torch.properties)
+    assert props["pinguard:step:index"] == "2"
     assert torch.files[0].hex == hashlib.sha256(b"libtorch\n").hexdigest()
     assert len(torch.files) == 1  # RECORD's own line has no hash
-    assert torch.archive_hashes == (("sha256", "ab" * 32),)
+    assert torch.hashes == (("sha256", "ab" * 32),)
     # pywin32 (marker false) and sympy (only with an extra) are not edges
     assert torch.depends_on == (f"{ENV}/nvidia_nccl_cu13-2.29.7.dist-info",)
     system = by_ref[f"{SYSTEM}/nvidia_nccl_cu13-2.30.3.dist-info"]
-    assert system.step is not None
-    assert system.step.index == 1
-    props = dict(torch.properties())
+    assert dict(system.properties)["pinguard:step:index"] == "1"
     assert props["pinguard:installer"] == "uv"
     assert props["pinguard:requested"] == "true"
     assert json.loads(props["pinguard:direct_url"])["url"] == "https://example.invalid/torch.whl"

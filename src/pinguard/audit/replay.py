@@ -14,10 +14,10 @@ and diff_ids in order. Entries are kept in the one entry format
 (``pinguard.cache.entry.EntryDir``: written atomically, sealed with the sha256 of their own
 canonical JSON, as layer entries are); an entry that fails that check, or does not decode
 into the models, is a miss. Values are encoded from the frozen models by their type hints,
-and a distribution or environment that several snapshots share is written once and shared
-again when read, so an entry grows with what the image holds, not with its number of steps
-times that. ``replay_store`` says where an audit's entry lives (a cache directory, no layer
-on disk, no lazy read), ``from_replay`` the result an entry answers.
+and a distribution, environment or package record that several snapshots share is written
+once and shared again when read, so an entry grows with what the image holds, not with its
+number of steps times that. ``replay_store`` says where an audit's entry lives (a cache
+directory, no layer on disk, no lazy read), ``from_replay`` the result an entry answers.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pinguard.models import (
     Environment,
     ImageInfo,
     Incomplete,
+    Package,
     Snapshot,
     Step,
 )
@@ -49,7 +50,9 @@ from pinguard.sources.interface import ResolvedImage
 if TYPE_CHECKING:
     from pinguard.audit.options import AuditOptions
 
-_SHARED = (Distribution, Environment)  # written once per entry, referenced by index
+# written once per entry, referenced by index (an analyzer hands the states after a change
+# the same records: a distribution of an environment is one record in every step)
+_SHARED = (Distribution, Environment, Package)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,9 +10,9 @@ analyzers.
 Adding an analyzer (docs/analyzers.md): a module here with a frozen dataclass subclassing
 ``Analyzer`` (its fields are its options) and an ``AnalyzerSession`` that appends generic
 ``models.Package`` records to ``SnapshotParts.packages``; list the class in
-``registry.ANALYZERS``. Its per-layer results are cached with the layer, under a key that
-already covers its source and version; the reports and the policy read its records as they
-are.
+``registry.ANALYZERS`` (``dpkg`` is the worked example). Its per-layer results are cached
+with the layer, under a key that already covers its source and version; the reports and the
+policy read its records as they are.
 """
 
 from __future__ import annotations

@@ -13,7 +13,12 @@ of a wheel whose files were moved elsewhere: the CUDA toolkit assembled from NVI
 ``nvidia-*`` wheels keeps ``/usr/local/cuda-13.0/dist-info/nvidia_cuda_runtime-13.0.96.dist-info``
 while ``libcudart.so.13`` lies in ``/usr/local/cuda-13.0/lib``. No Python imports from there,
 yet the metadata reads, so it is catalogued as a generic ``Package`` (kind ``python``, owner
-the tree above ``dist-info``, a ``pkg:pypi`` purl), not reported as incomplete.
+the tree above ``dist-info``, a ``pkg:pypi`` purl), not reported as incomplete. Every
+distribution of an environment is contributed twice over: as the typed ``Distribution`` of
+its ``Environment`` (what the diff, the audit and Python's rules read) and as its generic
+``Package`` (kind ``python``, owner the environment, the same purl; what the SBOMs and the
+JSON report loop over); ``with_environments`` keeps the two together when a workflow
+replaces a snapshot's environments.
 Bad metadata becomes an ``Incomplete`` naming the path, never a silent drop: metadata
 that is not UTF-8 (decoded with replacement), a kept header above its cap, a dist-info whose
 directory name and ``Name`` disagree, an egg-info without a ``Version`` (listed with an
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -37,7 +43,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from packaging.utils import canonicalize_name
 
@@ -48,9 +53,18 @@ from pinguard.catalog.interface import (
     SnapshotParts,
     StateView,
 )
+from pinguard.catalog.purl import package_url
 from pinguard.layers.links import resolve
 from pinguard.layers.tar import CAPTURE, HASH, LINK
-from pinguard.models import Distribution, Environment, Incomplete, Package
+from pinguard.models import (
+    PYTHON,
+    Distribution,
+    Environment,
+    Incomplete,
+    Package,
+    Snapshot,
+    package_order,
+)
 from pinguard.target import (
     cached_requirement,
     remember_requirements,
@@ -60,13 +74,15 @@ from pinguard.target import (
 if TYPE_CHECKING:
     from pinguard.target import RequirementParts
 
-VERSION = "2"  # bump when parsing changes (the layer cache key also covers this source)
+# bump when parsing changes (the layer cache key also covers this source); 3: a generic
+# Package for every distribution of an environment too
+VERSION = "3"
 
 ENV_DIRS = ("site-packages", "dist-packages")
 # A directory of this name outside every environment holds the dist-info records of wheels
 # whose files were installed elsewhere (the CUDA toolkit built from nvidia-* wheels).
 RECORDS_DIR = "dist-info"
-KIND = "python"  # the generic Package kind of such records (this analyzer's name)
+KIND = PYTHON  # the generic Package kind of every distribution (this analyzer's name)
 DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 EGG_INFO_FILES = frozenset({"PKG-INFO", "requires.txt", "installed-files.txt"})
 # Caps on the header values the catalog keeps (characters); a longer value is incomplete.
@@ -209,10 +225,10 @@ OUTSIDE = (
 )
 
 
-def record_package(dist: Distribution) -> Package:
-    """A dist-info under a ``dist-info`` directory as a generic ``Package``: owner the tree
-    it describes (the directory above ``dist-info``), its installer and the wheel's URL
-    from ``direct_url.json`` as properties, a ``pkg:pypi`` purl."""
+def distribution_package(dist: Distribution, owner: str) -> Package:
+    """A distribution as a generic ``Package`` owned by ``owner`` (its environment, or for a
+    record the tree it describes): its installer and the wheel's URL from ``direct_url.json``
+    as properties, a ``pkg:pypi`` purl."""
     properties: list[tuple[str, str]] = []
     if dist.installer:
         properties.append(("installer", dist.installer))
@@ -224,10 +240,31 @@ def record_package(dist: Distribution) -> Package:
         name=str(dist.name),
         version=dist.raw_version,
         location=dist.metadata_path,
-        owner=posixpath.dirname(posixpath.dirname(dist.metadata_path)) or "/",
+        owner=owner,
         properties=tuple(properties),
-        purl=f"pkg:pypi/{quote(str(dist.name), safe='')}@{quote(dist.raw_version, safe='')}",
+        purl=package_url("pypi", str(dist.name), dist.raw_version),
     )
+
+
+def record_owner(dist: Distribution) -> str:
+    """The owner of a dist-info under a ``dist-info`` directory: the tree it describes (the
+    directory above ``dist-info``)."""
+    return posixpath.dirname(posixpath.dirname(dist.metadata_path)) or "/"
+
+
+def environment_packages(environments: Iterable[Environment]) -> list[Package]:
+    """The generic records of the distributions of ``environments``."""
+    return [distribution_package(d, env.path) for env in environments for d in env.distributions]
+
+
+def with_environments(snapshot: Snapshot, environments: Iterable[Environment]) -> Snapshot:
+    """``snapshot`` with ``environments`` (sorted by path) in place of its own, and the
+    generic records of their distributions in place of those of the old ones."""
+    envs = tuple(sorted(environments, key=lambda e: e.path))
+    old = {d.metadata_path for env in snapshot.environments for d in env.distributions}
+    kept = [p for p in snapshot.packages if p.kind != KIND or p.location not in old]
+    packages = sorted([*kept, *environment_packages(envs)], key=package_order)
+    return dataclasses.replace(snapshot, environments=envs, packages=tuple(packages))
 
 
 def _is_egg(meta_dir: str) -> bool:
@@ -545,6 +582,22 @@ class PythonSession(AnalyzerSession):
     def __init__(self) -> None:
         # real metadata dir -> {path as an environment sees it: parsed}
         self._dists: dict[str, dict[str, tuple[Distribution | None, tuple[Incomplete, ...]]]] = {}
+        # (id of a distribution, owner) -> it and its generic record, made once and shared by
+        # the states that hold it (the replay entry writes a shared record once)
+        self._records: dict[tuple[int, str], tuple[Distribution, Package]] = {}
+
+    def _record(
+        self,
+        dist: Distribution,
+        owner: str,
+        made: dict[tuple[int, str], tuple[Distribution, Package]],
+    ) -> Package:
+        key = (id(dist), owner)
+        known = self._records.get(key)
+        if known is None:
+            known = (dist, distribution_package(dist, owner))
+        made[key] = known
+        return known[1]
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         files = state.files
@@ -598,13 +651,14 @@ class PythonSession(AnalyzerSession):
         aliases = env_links(links)
         by_env: dict[str, list[Distribution]] = {}
         real_of: dict[str, str] = {}
+        records: dict[tuple[int, str], tuple[Distribution, Package]] = {}
         for meta in sorted(self._dists):
             where = place(meta, aliases)
             if where.why == "record":
                 record, problems = self._parsed(meta, meta, files, prepared)
                 parts.incomplete.extend(problems)
                 if record is not None:
-                    parts.packages.append(record_package(record))
+                    parts.packages.append(self._record(record, record_owner(record), records))
                 continue
             if where.env is None:
                 if where.why == "outside":
@@ -615,6 +669,8 @@ class PythonSession(AnalyzerSession):
             if dist is not None:
                 by_env.setdefault(where.env, []).append(dist)
                 real_of[where.env] = where.real_env
+                parts.packages.append(self._record(dist, where.env, records))
+        self._records = records
         parts.environments.extend(
             Environment(
                 path=env,

@@ -30,7 +30,7 @@ from pinguard.catalog.native.analyzer import NativeAnalyzer
 from pinguard.catalog.python import PythonAnalyzer
 from pinguard.layers.analysis import LayerAnalysis
 from pinguard.layers.tar import SKIP, STREAM, MemberStream, PartReader, Selector
-from pinguard.models import Snapshot
+from pinguard.models import Snapshot, package_order
 
 #: Every analyzer pinguard runs. Their order changes no result: a session that needs what
 #: the others found reads it in its post-state hook (``AnalyzerSession.after_state``).
@@ -178,9 +178,5 @@ class Catalog:
             native=tuple(sorted(parts.native, key=lambda lib: lib.path)),
             resolutions=tuple(parts.resolutions),
             os_release=parts.os_release,
-            packages=tuple(
-                sorted(
-                    parts.packages, key=lambda p: (p.kind, p.owner or "", p.name, p.location, p.key)
-                )
-            ),
+            packages=tuple(sorted(parts.packages, key=package_order)),
         )

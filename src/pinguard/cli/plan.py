@@ -61,6 +61,7 @@ def _key(f: Finding) -> tuple[str, str | None, str | None, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pinguard.catalog.python import with_environments
     from pinguard.policy.engine import evaluate
     from pinguard.policy.load import load_run_policy
     from pinguard.repair.plan import choose_plan_environment, plan_install
@@ -79,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
     last = result.steps[-1].index if result.steps else 0
     step = Step(last + 1, "(planned) " + " ".join(words), None, plan.changes, plan.unmet)
     envs = tuple(plan.after if e.path == env.path else e for e in result.final.environments)
-    final = Snapshot(envs, result.final.incomplete, packages=result.final.packages)
+    final = with_environments(
+        Snapshot(
+            result.final.environments, result.final.incomplete, packages=result.final.packages
+        ),
+        envs,
+    )
     planned = dataclasses.replace(
         result,
         steps=(*result.steps, step),

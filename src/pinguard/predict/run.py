@@ -41,6 +41,7 @@ from pinguard.buildfile.pipcli import (
     read_install,
     strip_wrappers,
 )
+from pinguard.catalog.python import with_environments
 from pinguard.errors import IndexUnreachable, ResolveError, UsageError
 from pinguard.models import Environment, Platform, Snapshot
 from pinguard.predict.interpreters import (
@@ -354,7 +355,7 @@ def _with_env(snapshot: Snapshot, env: Environment) -> Snapshot:
     envs = [e for e in snapshot.environments if e.path != env.path]
     if env.distributions:
         envs.append(env)
-    return replace(snapshot, environments=tuple(sorted(envs, key=lambda e: e.path)))
+    return with_environments(snapshot, envs)
 
 
 def _path(cwd: str, word: str) -> str:

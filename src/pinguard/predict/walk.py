@@ -34,6 +34,7 @@ from pinguard.buildfile.dockerfile import (
     parse_file,
     split_words,
 )
+from pinguard.catalog.python import with_environments
 from pinguard.errors import SourceError, UsageError
 from pinguard.models import (
     AuditResult,
@@ -644,9 +645,7 @@ def _merge(snapshot: Snapshot, env: Environment) -> Snapshot:
             ),
         )
     envs = [e for e in snapshot.environments if e.path != env.path]
-    return dataclasses.replace(
-        snapshot, environments=tuple(sorted([*envs, env], key=lambda e: e.path))
-    )
+    return with_environments(snapshot, [*envs, env])
 
 
 def _result(path: str, stage: _Stage, bases: Mapping[str, BaseImage]) -> AuditResult:

@@ -103,15 +103,15 @@ def build_bom(facts: SbomFacts) -> Bom:
         ),
     )
     bom.metadata.component = root
-    for pkg in facts.python:
+    for pkg in facts.packages:
         component = Component(
             type=ComponentType.LIBRARY,
-            name=pkg.dist.display_name or str(pkg.dist.name),
-            version=pkg.dist.raw_version,
+            name=pkg.name,
+            version=pkg.version,
             bom_ref=pkg.ref,
-            purl=PackageURL.from_string(pkg.purl),
-            hashes=_hashes(pkg.archive_hashes),
-            properties=_properties([*pkg.properties(), *facts.incomplete_of(pkg.ref)]),
+            purl=PackageURL.from_string(pkg.purl) if pkg.purl else None,
+            hashes=_hashes(pkg.hashes),
+            properties=_properties([*pkg.properties, *facts.incomplete_of(pkg.ref)]),
         )
         for f in pkg.files:
             component.components.add(
@@ -123,30 +123,17 @@ def build_bom(facts: SbomFacts) -> Bom:
                 )
             )
         bom.components.add(component)
-    for other in facts.packages:
-        bom.components.add(
-            Component(
-                type=ComponentType.LIBRARY,
-                name=other.name,
-                version=other.version,
-                bom_ref=other.ref,
-                purl=PackageURL.from_string(other.purl) if other.purl else None,
-                properties=_properties(other.properties),
-            )
-        )
     bom.dependencies.add(
         Dependency(
             ref=BomRef(facts.root_ref), dependencies=[Dependency(BomRef(r)) for r in facts.roots]
         )
     )
-    for pkg in facts.python:
+    for pkg in facts.packages:
         bom.dependencies.add(
             Dependency(
                 ref=BomRef(pkg.ref), dependencies=[Dependency(BomRef(r)) for r in pkg.depends_on]
             )
         )
-    for other in facts.packages:
-        bom.dependencies.add(Dependency(ref=BomRef(other.ref)))
     return bom
 
 
@@ -180,7 +167,7 @@ def _properties_in_order(data: dict[str, Any], facts: SbomFacts) -> None:
     properties by name and value, which would put the chain in alphabetical order; the
     others keep the library's order."""
     name = PROPERTY_PREFIX + "cause"
-    wanted = {pkg.ref: list(dict.fromkeys(pkg.causes)) for pkg in facts.python}
+    wanted = {pkg.ref: list(dict.fromkeys(pkg.causes)) for pkg in facts.packages}
     for component in data.get("components", []):
         causes = wanted.get(component.get("bom-ref", ""))
         if not causes or len(causes) < 2:

@@ -1,17 +1,18 @@
 """The facts both SBOM formats (CycloneDX, SPDX) are written from, worked out once.
 
 :func:`sbom_facts` turns an audit result's final state into plain values: the image as the
-root (reference, manifest digest, platform), one :class:`PythonPackage` per distribution per
-environment with its purl, the RECORD file hashes (as hex), the wheel hash from
-``direct_url.json``, pinguard's provenance (the build step that installed that version: layer
-digest, step index and command, and the requirement chain that forced it), and the dependency
-edges from ``Requires-Dist`` resolved to the installed distributions of the same environment;
-one :class:`SbomPackage` per generic package record of any other kind (Debian packages,
-conda, ...), as its analyzer built it, purl included, with its facts as ``pinguard:``
-properties; an image without any Python environment says so (``image_properties``); each
-item the audit could not read (``AuditResult.incomplete``) is an :class:`IncompleteItem`,
-attributed to the package it names (its metadata directory, a file under it, or a file its
-RECORD lists) or else to the image. Everything is sorted and the document identity (serial
+root (reference, manifest digest, platform), and one :class:`SbomPackage` per generic package
+record of the snapshot, whatever its kind, with the purl its analyzer built and its facts as
+``pinguard:`` properties, so each SBOM writes every package in one loop. A record of a
+distribution of a Python environment is written with what the Distribution beside it says:
+the RECORD file hashes (as hex), the wheel hash from ``direct_url.json``, pinguard's
+provenance (the build step that installed that version: layer digest, step index and
+command, and the requirement chain that forced it), and the dependency edges from
+``Requires-Dist`` resolved to the installed distributions of the same environment. An image
+without any Python environment says so (``image_properties``); each item the audit could not
+read (``AuditResult.incomplete``) is an :class:`IncompleteItem`, attributed to the package it
+names (its metadata directory, a file under it, or a file its RECORD lists) or else to the
+image. Everything is sorted and the document identity (serial
 number, namespace) is derived from the image digest, so the same image gives the same bytes.
 The renderers in :mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map
 these to the libraries' models.
@@ -31,6 +32,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from pinguard import __version__
 from pinguard.models import (
     DEB,
+    PYTHON,
     AuditResult,
     ChangeKind,
     Distribution,
@@ -62,79 +64,103 @@ class FileHash:
 
 
 @dataclass(frozen=True, slots=True)
-class PythonPackage:
-    """One installed distribution in one environment, with where it came from."""
-
-    ref: str  # unique within the document: the metadata directory's path
-    dist: Distribution
-    environment: Environment
-    purl: str
-    step: Step | None  # the build step that installed this version (None: unknown)
-    # the table's reasons, nearest cause first: "torch 2.12.1 requires nvidia-nccl-cu13==2.29.7",
-    # ..., or "asked for by this step (torch==2.11.0+cu130)"
-    causes: tuple[str, ...]
-    files: tuple[FileHash, ...]
-    archive_hashes: tuple[tuple[str, str], ...]  # (algorithm, hex) of the wheel, direct_url
-    depends_on: tuple[str, ...]  # refs of installed distributions it requires
-
-    def properties(self) -> tuple[tuple[str, str], ...]:
-        """pinguard's provenance as ``pinguard:``-prefixed name/value pairs, in a fixed order."""
-        out: list[tuple[str, str]] = [
-            ("environment:path", self.environment.path),
-            ("environment:python", self.environment.python or "unknown"),
-            ("metadata:path", self.dist.metadata_path),
-        ]
-        if self.step is not None:
-            out.append(("step:index", str(self.step.index)))
-            out.append(("step:command", self.step.created_by))
-            if self.step.layer_digest:
-                out.append(("layer:digest", self.step.layer_digest))
-        out.extend(("cause", cause) for cause in self.causes)
-        out.append(("installer", self.dist.installer or "unknown"))
-        out.append(("requested", "true" if self.dist.requested else "false"))
-        if self.dist.direct_url is not None:
-            text = json.dumps(self.dist.direct_url, sort_keys=True, separators=(",", ":"))
-            out.append(("direct_url", text))
-        return tuple((PROPERTY_PREFIX + k, v) for k, v in out)
-
-
-@dataclass(frozen=True, slots=True)
 class SbomPackage:
     """One package as both SBOMs write it, whatever its kind: the same loop writes them all."""
 
     ref: str  # unique within the document (the bom-ref; the SPDX id is made from it)
-    id_kind: str  # the SPDX id's kind word: SPDXRef-<id_kind>-<name>-<version>-<hash>
+    id_kind: str  # the SPDX id's kind word: SPDXRef-<id_kind>-<label>-<hash of ref>
+    label: str  # the SPDX id's label: <name>-<version>
     name: str
     version: str
     purl: str | None
     properties: tuple[tuple[str, str], ...]  # ``pinguard:`` pairs: CycloneDX properties
     annotations: tuple[tuple[str, str], ...]  # ``pinguard:`` pairs: SPDX annotations
+    download: str | None = None  # where it was downloaded from (a wheel's URL)
+    hashes: tuple[tuple[str, str], ...] = ()  # (algorithm, hex) of the archive (a wheel's)
+    files: tuple[FileHash, ...] = ()  # its files' hashes (a distribution's RECORD)
+    depends_on: tuple[str, ...] = ()  # refs of installed packages it requires
+    # the table's reasons, nearest cause first: "torch 2.12.1 requires nvidia-nccl-cu13==2.29.7",
+    # ..., or "asked for by this step (torch==2.11.0+cu130)"
+    causes: tuple[str, ...] = ()
+    root: bool = True  # the image depends on it directly, whatever requires it (a
+    # distribution: when it was requested; else only when no other package requires it)
 
 
 #: How the records of a kind were written before they were generic records, so the
 #: documents keep their bytes: Debian packages had SPDX ids ``SPDXRef-Deb-...``, their type
-#: and architecture as CycloneDX properties and no SPDX annotations.
-_DEB_ID = "Deb"
+#: and architecture as CycloneDX properties and no SPDX annotations; the distributions of
+#: Python environments ``SPDXRef-Python-...`` with their metadata directory as the ref.
+_DEB_ID, _PYTHON_ID = "Deb", "Python"
 
 
 def sbom_package(package: Package) -> SbomPackage:
     """A generic record as both SBOMs write it (see ``package_properties``)."""
+    label = f"{package.name}-{package.version}"
     if package.kind == DEB:
         arch = package.value_of("arch")
         pairs = [("package:type", DEB)] + ([("deb:arch", arch)] if arch else [])
+        deb = tuple((PROPERTY_PREFIX + k, v) for k, v in pairs)
         return SbomPackage(
-            package.ref,
-            _DEB_ID,
-            package.name,
-            package.version,
-            package.purl,
-            tuple((PROPERTY_PREFIX + k, v) for k, v in pairs),
-            (),
+            package.ref, _DEB_ID, label, package.name, package.version, package.purl, deb, ()
         )
     props = package_properties(package)
     return SbomPackage(
-        package.ref, "Package", package.name, package.version, package.purl, props, props
+        package.ref, "Package", label, package.name, package.version, package.purl, props, props
     )
+
+
+def python_package(
+    package: Package,
+    env: Environment,
+    dist: Distribution,
+    installed: tuple[Step, tuple[str, ...]] | None,
+    platform: Platform | None,
+) -> SbomPackage:
+    """The record of a distribution of ``env`` as both SBOMs write it, with what ``dist``
+    says and the step that installed it (``installed_by``)."""
+    step, causes = installed if installed is not None else (None, ())
+    url = (dist.direct_url or {}).get("url")
+    props = provenance(env, dist, step, causes)
+    return SbomPackage(
+        ref=dist.metadata_path,
+        id_kind=_PYTHON_ID,
+        label=f"{dist.name}-{dist.raw_version}",
+        name=dist.display_name or str(dist.name),
+        version=dist.raw_version,
+        purl=package.purl,
+        properties=props,
+        annotations=props,
+        download=str(url) if isinstance(url, str) and url else None,
+        hashes=_archive_hashes(dist),
+        files=_file_hashes(dist),
+        depends_on=_edges(env, dist, platform),
+        causes=causes,
+        root=dist.requested,
+    )
+
+
+def provenance(
+    env: Environment, dist: Distribution, step: Step | None, causes: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    """pinguard's provenance of one distribution as ``pinguard:``-prefixed name/value pairs,
+    in a fixed order."""
+    out: list[tuple[str, str]] = [
+        ("environment:path", env.path),
+        ("environment:python", env.python or "unknown"),
+        ("metadata:path", dist.metadata_path),
+    ]
+    if step is not None:
+        out.append(("step:index", str(step.index)))
+        out.append(("step:command", step.created_by))
+        if step.layer_digest:
+            out.append(("layer:digest", step.layer_digest))
+    out.extend(("cause", cause) for cause in causes)
+    out.append(("installer", dist.installer or "unknown"))
+    out.append(("requested", "true" if dist.requested else "false"))
+    if dist.direct_url is not None:
+        text = json.dumps(dist.direct_url, sort_keys=True, separators=(",", ":"))
+        out.append(("direct_url", text))
+    return tuple((PROPERTY_PREFIX + k, v) for k, v in out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +188,6 @@ class SbomFacts:
     root_ref: str
     root_purl: str | None
     serial: uuid.UUID
-    python: tuple[PythonPackage, ...]
     os_release: tuple[tuple[str, str], ...]
     roots: tuple[str, ...]  # refs the image depends on directly: requested or unrequired ones
     tool_version: str = __version__
@@ -171,7 +196,8 @@ class SbomFacts:
     # ``policy:file`` = ``PATH sha256:HEX`` each), unprefixed; the documents' metadata says it
     policy: tuple[tuple[str, str], ...] = ()
     incomplete: tuple[IncompleteItem, ...] = ()  # sorted by (what, why), as the JSON report
-    # the generic records (debs first, then the others as the snapshot sorts them)
+    # every generic record: the distributions of environments (by environment, then metadata
+    # directory), the Debian packages, then the others as the snapshot sorts them
     packages: tuple[SbomPackage, ...] = ()
 
     def incomplete_of(self, ref: str | None) -> tuple[tuple[str, str], ...]:
@@ -183,10 +209,6 @@ class SbomFacts:
         """The image's status as ``pinguard:``-prefixed pairs: ``python-environments=none``
         when no Python environment was found (an explicit status, not an empty list)."""
         return ((PROPERTY_PREFIX + "python-environments", "none"),) if self.no_python else ()
-
-    @property
-    def all_refs(self) -> tuple[str, ...]:
-        return tuple(p.ref for p in self.python) + tuple(p.ref for p in self.packages)
 
 
 def package_properties(package: Package) -> tuple[tuple[str, str], ...]:
@@ -236,11 +258,6 @@ def _archive_hashes(dist: Distribution) -> tuple[tuple[str, str], ...]:
         algo, _, value = legacy.partition("=")
         found.setdefault(algo.lower(), value.lower())
     return tuple(sorted(found.items()))
-
-
-def python_purl(dist: Distribution) -> str:
-    """``pkg:pypi/<normalized name>@<version>`` (the purl spec's pypi type)."""
-    return PackageURL(type="pypi", name=str(dist.name), version=dist.raw_version).to_string()
 
 
 def image_purl(
@@ -297,15 +314,15 @@ def _edges(env: Environment, dist: Distribution, platform: Platform | None) -> t
 
 
 def _attribute(
-    items: tuple[Incomplete, ...], python: list[PythonPackage]
+    items: tuple[Incomplete, ...], dists: list[Distribution]
 ) -> tuple[IncompleteItem, ...]:
     """Each item with the package it names: the one whose metadata directory is the item's
     path or contains it, else the first (by ref) whose RECORD lists the path; else None."""
     by_file: dict[str, str] = {}
-    for pkg in python:  # sorted by ref: the first package listing a file keeps it
-        for path, _ in pkg.dist.record:
-            by_file.setdefault(path, pkg.ref)
-    refs = {p.ref for p in python}
+    for dist in sorted(dists, key=lambda d: d.metadata_path):  # the first listing a file
+        for path, _ in dist.record:
+            by_file.setdefault(path, dist.metadata_path)
+    refs = {d.metadata_path for d in dists}
     out: list[IncompleteItem] = []
     for item in sorted(items, key=lambda i: (i.what, i.why)):
         ref = next(
@@ -329,30 +346,23 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
     final: Snapshot = result.final
     steps = installed_by(result)
     platform = result.image.platform
-    python: list[PythonPackage] = []
-    for env in sorted(final.environments, key=lambda e: e.path):
-        for dist in sorted(env.distributions, key=lambda d: d.metadata_path):
-            step, causes = steps.get((env.path, dist.name), (None, ()))
-            python.append(
-                PythonPackage(
-                    ref=dist.metadata_path,
-                    dist=dist,
-                    environment=env,
-                    purl=python_purl(dist),
-                    step=step,
-                    causes=causes,
-                    files=_file_hashes(dist),
-                    archive_hashes=_archive_hashes(dist),
-                    depends_on=_edges(env, dist, platform),
-                )
-            )
-    # Debian packages were listed before the other records: the documents keep that order
-    packages = tuple(sbom_package(p) for p in sorted(final.packages, key=lambda p: p.kind != DEB))
-    required = {ref for p in python for ref in p.depends_on}
+    typed = {d.metadata_path: (env, d) for env in final.environments for d in env.distributions}
+    first: list[tuple[tuple[str, str], SbomPackage]] = []  # the documents' order, as before
+    debs: list[SbomPackage] = []
+    others: list[SbomPackage] = []
+    for package in final.packages:
+        at = typed.get(package.location) if package.kind == PYTHON else None
+        if at is not None:
+            env, dist = at
+            made = python_package(package, env, dist, steps.get((env.path, dist.name)), platform)
+            first.append(((env.path, dist.metadata_path), made))
+        else:
+            (debs if package.kind == DEB else others).append(sbom_package(package))
+    packages = (*(made for _, made in sorted(first, key=lambda x: x[0])), *debs, *others)
+    required = {ref for p in packages for ref in p.depends_on}
     roots = tuple(
         sorted(
-            [p.ref for p in python if p.dist.requested or p.ref not in required]
-            + [p.ref for p in packages]
+            p.ref for p in packages if p.root or p.id_kind != _PYTHON_ID or p.ref not in required
         )
     )
     name = image_name(result.image.reference)
@@ -366,11 +376,10 @@ def sbom_facts(result: AuditResult) -> SbomFacts:
         root_ref=f"image:{identity}",
         root_purl=image_purl(result.image.reference, name, digest, platform),
         serial=uuid.uuid5(SERIAL_NAMESPACE, f"{identity}|{platform or ''}"),
-        python=tuple(python),
         os_release=final.os_release,
         roots=roots,
         no_python=result.no_python,
-        incomplete=_attribute(result.incomplete, python),
+        incomplete=_attribute(result.incomplete, [dist for _, dist in typed.values()]),
         packages=packages,
         policy=tuple(policy_pairs(result)),
     )

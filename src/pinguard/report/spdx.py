@@ -114,22 +114,17 @@ def build_document(facts: SbomFacts) -> Document:
         Annotation(root_id, AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
         for name, value in (*facts.image_properties, *facts.incomplete_of(None))
     ]
-    ids: dict[str, str] = {}
-    for pkg in facts.python:
-        ids[pkg.ref] = spdx_id("Python", pkg.ref, f"{pkg.dist.name}-{pkg.dist.raw_version}")
-    for other in facts.packages:
-        ids[other.ref] = spdx_id(other.id_kind, other.ref, f"{other.name}-{other.version}")
-    for pkg in facts.python:
-        url = (pkg.dist.direct_url or {}).get("url")
+    ids = {pkg.ref: spdx_id(pkg.id_kind, pkg.ref, pkg.label) for pkg in facts.packages}
+    for pkg in facts.packages:
         packages.append(
             Package(
                 spdx_id=ids[pkg.ref],
-                name=pkg.dist.display_name or str(pkg.dist.name),
-                download_location=str(url) if isinstance(url, str) and url else SpdxNoAssertion(),
-                version=pkg.dist.raw_version,
+                name=pkg.name,
+                download_location=pkg.download or SpdxNoAssertion(),
+                version=pkg.version,
                 files_analyzed=False,
-                checksums=_checksums(pkg.archive_hashes),
-                external_references=[_purl(pkg.purl)],
+                checksums=_checksums(pkg.hashes),
+                external_references=[_purl(pkg.purl)] if pkg.purl else [],
                 primary_package_purpose=PackagePurpose.LIBRARY,
             )
         )
@@ -140,24 +135,7 @@ def build_document(facts: SbomFacts) -> Document:
         )
         annotations.extend(
             Annotation(ids[pkg.ref], AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
-            for name, value in (*pkg.properties(), *facts.incomplete_of(pkg.ref))
-        )
-    for other in facts.packages:
-        packages.append(
-            Package(
-                spdx_id=ids[other.ref],
-                name=other.name,
-                download_location=SpdxNoAssertion(),
-                version=other.version,
-                files_analyzed=False,
-                external_references=[_purl(other.purl)] if other.purl else [],
-                primary_package_purpose=PackagePurpose.LIBRARY,
-            )
-        )
-        relationships.append(Relationship(root_id, RelationshipType.CONTAINS, ids[other.ref]))
-        annotations.extend(
-            Annotation(ids[other.ref], AnnotationType.OTHER, tool, CREATED, f"{name}={value}")
-            for name, value in other.annotations
+            for name, value in (*pkg.annotations, *facts.incomplete_of(pkg.ref))
         )
     return Document(
         creation_info=info,
