@@ -43,8 +43,9 @@ LAYER_FORMAT = "5"
 #: analysis and the entry format it is kept in (the catalog's comes in through the
 #: registry's parts: ``pinguard.catalog.Analyzers.key``).
 LAYER_PRODUCERS = ("pinguard.layers", "pinguard.cache")
-#: The layout of a replay entry.
-REPLAY_FORMAT = "1"
+#: The layout of a replay entry (2: snapshots without ``debs``, Debian packages being generic
+#: ``packages`` records since 8b74810).
+REPLAY_FORMAT = "2"
 #: Modules whose source is part of the replay key: all the code a replay runs.
 REPLAYERS = (
     "pinguard.audit",
