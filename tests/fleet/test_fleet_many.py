@@ -136,7 +136,9 @@ def test_twenty_images_give_the_installed_matrix_and_a_warm_run_fetches_no_layer
     records = store.all()
     assert len(records) == COUNT
     for record in records:
-        got = {p.name: p.version for p in record.packages if p.environment == BASE_SITE_PACKAGES}
+        got = {
+            p.name: p.version for p in record.distributions if p.environment == BASE_SITE_PACKAGES
+        }
         assert got == by_name[ref_to_name[record.reference]].packages, record.reference
     # the second run agrees byte for byte on the matrix and reads no layer from the registry
     assert code2 == code

@@ -96,4 +96,4 @@ def test_a_relative_path_is_sent_as_its_absolute_path(
     assert {i["verdict"] for i in doc["images"]} == {"pass"}
     records = ResultStore(results).all()
     assert sorted(r.reference for r in records) == sorted(i["reference"] for i in doc["images"])
-    assert all(r.packages for r in records)
+    assert all(r.distributions for r in records)

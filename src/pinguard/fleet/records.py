@@ -30,8 +30,9 @@ RECORD_FORMAT = "pinguard/fleet-record/1"
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class Package:
-    """One distribution in one environment of an image."""
+class DistributionVersion:
+    """Which version of one Python distribution one environment of an image holds: a cell of
+    the fleet's version matrix (not a package record: ``models.Package`` is that)."""
 
     environment: str
     name: str
@@ -49,7 +50,8 @@ class ImageRecord:
     platform: str | None = None
     error: str | None = None
     notes: tuple[str, ...] = ()
-    packages: tuple[Package, ...] = ()
+    # every distribution of every environment (the record's JSON calls them "packages")
+    distributions: tuple[DistributionVersion, ...] = ()
     errors: int = 0  # unwaived error findings
     warnings: int = 0
     incomplete: int = 0
@@ -61,7 +63,7 @@ class ImageRecord:
 
     def versions(self, name: str) -> tuple[str, ...]:
         """Every version of ``name`` in the image, sorted, one per distinct version."""
-        return tuple(sorted({p.version for p in self.packages if p.name == name}))
+        return tuple(sorted({d.version for d in self.distributions if d.name == name}))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,8 +76,8 @@ class ImageRecord:
             "error": self.error,
             "notes": list(self.notes),
             "packages": [
-                {"environment": p.environment, "name": p.name, "version": p.version}
-                for p in self.packages
+                {"environment": d.environment, "name": d.name, "version": d.version}
+                for d in self.distributions
             ],
             "errors": self.errors,
             "warnings": self.warnings,
@@ -95,8 +97,8 @@ class ImageRecord:
             platform=data.get("platform"),
             error=data.get("error"),
             notes=tuple(str(n) for n in data.get("notes", ())),
-            packages=tuple(
-                Package(str(p["environment"]), str(p["name"]), str(p["version"]))
+            distributions=tuple(
+                DistributionVersion(str(p["environment"]), str(p["name"]), str(p["version"]))
                 for p in data.get("packages", ())
             ),
             errors=int(data.get("errors", 0)),

@@ -35,7 +35,7 @@ def _why(record: ImageRecord) -> str:
         parts.append(f"{record.warnings} warning(s)")
     if record.incomplete:
         parts.append(f"{record.incomplete} item(s) unread")
-    if not record.packages and record.verdict != "pending":
+    if not record.distributions and record.verdict != "pending":
         parts.append("no Python environment")
     return "; ".join(parts)
 

@@ -71,7 +71,7 @@ def summarize(
         {
             p.name
             for r in rows
-            for p in r.packages
+            for p in r.distributions
             if any(fnmatchcase(str(canonicalize_name(p.name)), w) for w in wanted)
         }
     )

@@ -30,7 +30,7 @@ from typing import Any
 from pinguard.cache.signed import FleetKeys
 from pinguard.cache.store import CacheSpec
 from pinguard.errors import ConfigError, PinguardError, UsageError
-from pinguard.fleet.records import ImageRecord, Package, ResultStore, record_id
+from pinguard.fleet.records import DistributionVersion, ImageRecord, ResultStore, record_id
 from pinguard.models import AuditResult, Severity
 
 RESULTS_ENV = "PINGUARD_RESULTS_DIR"
@@ -146,10 +146,10 @@ def settings() -> WorkerSettings:
     return _SETTINGS if _SETTINGS is not None else WorkerSettings.from_env()
 
 
-def _packages(result: AuditResult) -> tuple[Package, ...]:
+def _distributions(result: AuditResult) -> tuple[DistributionVersion, ...]:
     return tuple(
         sorted(
-            Package(env.path, str(d.name), d.raw_version)
+            DistributionVersion(env.path, str(d.name), d.raw_version)
             for env in result.final.environments
             for d in env.distributions
         )
@@ -248,7 +248,7 @@ def audit_reference(reference: str, options: Mapping[str, Any]) -> dict[str, Any
             manifest_digest=result.image.manifest_digest,
             platform=_platform(result),
             notes=tuple(result.notes),
-            packages=_packages(result),
+            distributions=_distributions(result),
             errors=sum(f.severity == Severity.ERROR for f in unwaived),
             warnings=sum(f.severity == Severity.WARNING for f in unwaived),
             incomplete=len(result.incomplete),
