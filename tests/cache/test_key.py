@@ -102,7 +102,7 @@ EDITS = {
     ),
     "inflater": _append("layers/blob.py", "\nOUT_CHUNK = 1 << 20\n"),
     "python analyzer code, same VERSION": _append("catalog/python.py", "\n# parsing changed\n"),
-    "python analyzer VERSION": _replace("catalog/python.py", 'VERSION = "2"', 'VERSION = "3"'),
+    "python analyzer VERSION": _replace("catalog/python.py", 'VERSION = "3"', 'VERSION = "4"'),
     "dpkg analyzer": _append("catalog/dpkg.py", "\n# status parsing changed\n"),
     "analyzer registry": _append("catalog/registry.py", "\n# selection changed\n"),
     "a new module in catalog": lambda pkg: (pkg / "catalog" / "newly_added.py").write_text(

@@ -44,7 +44,8 @@ LAYER_FORMAT = "5"
 #: registry's parts: ``pinguard.catalog.Analyzers.key``).
 LAYER_PRODUCERS = ("pinguard.layers", "pinguard.cache")
 #: The layout of a replay entry (2: snapshots without ``debs``, Debian packages being generic
-#: ``packages`` records since 8b74810).
+#: ``packages`` records since 8b74810, and every distribution of an environment too since
+#: 81b19bd, each record written once in the shared table like a distribution).
 REPLAY_FORMAT = "2"
 #: Modules whose source is part of the replay key: all the code a replay runs.
 REPLAYERS = (
