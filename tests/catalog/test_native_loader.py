@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from pinguard.catalog.native.loader import FileView, LoaderConfig, expand, resolve_needed
+from pinguard.catalog.native.loader import (
+    FileView,
+    LoaderConfig,
+    StepResolver,
+    expand,
+    resolve_needed,
+)
 from pinguard.models import NativeLibrary
 
 SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -121,3 +129,30 @@ def test_symlink_loop_is_not_found() -> None:
     """A symlink loop ends the lookup (ELOOP), it does not hang."""
     view = FileView(files=frozenset(), links={"/opt/a": "/opt/b", "/opt/b": "/opt/a"})
     assert view.real_file("/opt/a/libx.so") is None
+
+
+def test_step_resolver_reuses_an_unchanged_state_and_only_that() -> None:
+    """A state with the inputs of the one before gets the same answer object (no search);
+    a new file on the search path, a changed link, another Env or changed libraries give
+    what a fresh search gives."""
+    deb = dataclasses.replace(lib(), path=DEB_NCCL, needed=(), soname="libnccl.so.2")
+    wheel = dataclasses.replace(lib(), path=WHEEL_NCCL, needed=(), soname="libnccl.so.2")
+    libs = (lib(runpath=("/opt/llp",)), deb, wheel)
+    steps = StepResolver()
+
+    def fresh(view: FileView, env: tuple[str, ...], libs: tuple[NativeLibrary, ...]) -> object:
+        return StepResolver().resolve(libs, view, {}, (), env, "x86_64")
+
+    first = steps.resolve(libs, VIEW, {}, (), (), "x86_64")
+    assert {(r.needed, r.real) for r in first} >= {("libnccl.so.2", LLP_NCCL)}
+    assert steps.resolve(libs, dataclasses.replace(VIEW), {}, (), (), "x86_64") is first
+    moved = FileView(VIEW.files - {LLP_NCCL}, VIEW.links)  # the RUNPATH's file is gone
+    for view, env, these in (
+        (moved, (), libs),
+        (FileView(VIEW.files, {**VIEW.links, "/opt/llp": "/opt/conf"}), (), libs),
+        (VIEW, ("LD_LIBRARY_PATH=/opt/conf",), libs),
+        (VIEW, (), (lib(runpath=("/opt/conf",)), deb, wheel)),
+    ):
+        again = steps.resolve(these, view, {}, (), env, "x86_64")
+        assert again == fresh(view, env, these)
+        assert again != first

@@ -25,7 +25,7 @@ from pinguard.catalog.interface import (
     StepFacts,
 )
 from pinguard.catalog.native.elf import BANNERS, ElfFacts, ElfScanner, scan_bytes
-from pinguard.catalog.native.loader import FileView, is_ld_so_conf, resolve_libraries
+from pinguard.catalog.native.loader import FileView, StepResolver, is_ld_so_conf
 from pinguard.catalog.native.preload import PRELOAD_SOURCES
 from pinguard.layers.tar import CAPTURE, LINK, SKIP, STREAM, MemberStream, PartReader
 from pinguard.models import DebPackage, Distribution, Environment, Incomplete, NativeLibrary
@@ -111,25 +111,32 @@ def _package_of_list(path: str) -> str:
     return base.split(":", 1)[0]
 
 
-def _resolver(view: FileView) -> Callable[[str], str | None]:
+def _resolver(
+    view: FileView, reals: dict[str, str | None] | None = None
+) -> Callable[[str], str | None]:
     """``view.resolve`` that resolves each directory once: a path whose last component is
     no link resolves to its directory, resolved, plus that component (what ``resolve``
-    gives, without walking the directory's components again for every file in it)."""
-    dirs: dict[str, str | None] = {}
+    gives, without walking the directory's components again for every file in it).
+    ``reals`` keeps each answer by path (valid while the view's links stay the same)."""
     links = view.links
+    known: dict[str, str | None] = {} if reals is None else reals
 
     def real(path: str) -> str | None:
+        if path in known:
+            return known[path]
         parent, _, base = path.rpartition("/")
         if not parent or base in {"", ".", ".."}:
-            return view.resolve(path)
-        if parent in dirs:
-            where = dirs[parent]
+            found = view.resolve(path)
         else:
-            where = dirs[parent] = view.resolve(parent)
-        if where is None:
-            return None  # a loop in the directory part is a loop in the path
-        found = where + base if where == "/" else where + "/" + base
-        return view.resolve(path) if found in links else found
+            where = view.resolve(parent)  # view.memo: each directory resolved once
+            if where is None:
+                found = None  # a loop in the directory part is a loop in the path
+            else:
+                found = where + base if where == "/" else where + "/" + base
+                if found in links:
+                    found = view.resolve(path)
+        known[path] = found
+        return found
 
     return real
 
@@ -161,6 +168,7 @@ def libraries(
     dpkg_lists: Mapping[str, Iterable[str]],
     layers: Mapping[str, str] | None = None,
     memo: LibraryRecords | None = None,
+    reals: dict[str, str | None] | None = None,
 ) -> tuple[NativeLibrary, ...]:
     """The native libraries of a state, each with its owner, sorted by path.
 
@@ -170,9 +178,11 @@ def libraries(
     lists; else a package whose ``.list`` names it (through symlinked directories such as
     ``/lib`` -> ``usr/lib``); else it has no owner. ``memo`` keeps each distribution's
     library entries from one state to the next (the distributions a layer left alone are
-    the same objects).
+    the same objects), ``reals`` each path's resolution (while the links stay the same).
     """
-    resolve_path = _resolver(view)
+    if not elf:
+        return ()  # nothing to own: no RECORD or file list need be resolved
+    resolve_path = _resolver(view, reals)
     wheel: dict[str, tuple[Environment, str, str, str]] = {}
     for env in environments:
         for dist in env.distributions:
@@ -313,6 +323,12 @@ class NativeSession(AnalyzerSession):
         self._lists: dict[str, list[str]] = {}
         # the layer that last wrote each library of the last state
         self._layers: dict[str, str] = {}
+        # the links of the last state, and what was resolved through them: kept from one
+        # state to the next while a layer changes no link (most layers change none)
+        self._links: dict[str, str] = {}
+        self._resolved: dict[str, str | None] = {}  # FileView.resolve's, by path
+        self._reals: dict[str, str | None] = {}  # libraries' resolver's, by path
+        self._loader = StepResolver()  # the last state's resolutions, while its inputs hold
 
     def update(self, state: StateView, touched: Sequence[str]) -> None:
         return None
@@ -349,19 +365,30 @@ class NativeSession(AnalyzerSession):
         layer streamed), and where ld.so finds each watched or twice-provided NEEDED."""
         live = {id(d) for env in parts.environments for d in env.distributions}
         self._records = {k: v for k, v in self._records.items() if k in live}
-        view = state_view(state)
+        if state.links != self._links:  # a layer changed a link: every answer may change
+            self._links = dict(state.links)
+            self._resolved, self._reals = {}, {}
+        # the same answers as state_view(state): the ELF facts are the dict-valued results
+        view = FileView(frozenset(self._elf), self._links, self._resolved)
         written = set(step.written)
         before = self._layers
         layers = {p: step.layer if p in written else before.get(p, "") for p in self._elf}
         self._layers = layers
         libs = libraries(
-            self._elf, view, parts.environments, parts.debs, self._lists, layers, self._records
+            self._elf,
+            view,
+            parts.environments,
+            parts.debs,
+            self._lists,
+            layers,
+            self._records,
+            self._reals,
         )
         parts.native.extend(libs)
         if libs:
             environments = sorted(parts.environments, key=lambda e: e.path)
             parts.resolutions.extend(
-                resolve_libraries(
+                self._loader.resolve(
                     libs, view, state.files, environments, step.image.env, step.image.machine
                 )
             )

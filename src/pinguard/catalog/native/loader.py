@@ -32,7 +32,7 @@ import fnmatch
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
@@ -85,14 +85,22 @@ def parse_ld_so_conf(files: Mapping[str, bytes], path: str = "/etc/ld.so.conf") 
 
 @dataclass(frozen=True, slots=True)
 class FileView:
-    """The regular files and symlinks of a state (absolute, normalised paths)."""
+    """The regular files and symlinks of a state (absolute, normalised paths).
+
+    ``memo`` keeps what ``resolve`` found, by path; a caller may hand the same memo to the
+    views of later states while their ``links`` are the same (the native session does)."""
 
     files: frozenset[str]
     links: Mapping[str, str]  # path -> link target as stored (relative or absolute)
+    memo: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, path: str) -> str | None:
         """``path`` with every symlink in it resolved inside the root (None on a loop)."""
-        return resolve(path, self.links)
+        memo = self.memo
+        if path in memo:
+            return memo[path]
+        found = memo[path] = resolve(path, self.links)
+        return found
 
     def real_file(self, path: str) -> str | None:
         """The regular file ``path`` names after symlinks, or None if there is none."""
@@ -325,19 +333,67 @@ def resolve_state(
 DPKG_STATUS = "/var/lib/dpkg/status"
 
 
-def resolve_libraries(
-    libs: Sequence[NativeLibrary],
-    view: FileView,
-    files: Mapping[str, bytes],
-    environments: Sequence[Environment],
-    env: Sequence[str],
-    machine: str,
-) -> tuple[Resolution, ...]:
-    """The loader's resolutions in one state: its ``libs``, the files and links (``view``),
-    the captured files (``ld.so.conf`` and the package files the preload model reads), the
-    state's environments (sorted by path) and the image's ``Env`` and machine."""
-    config = LoaderConfig.of(
-        env, parse_ld_so_conf(files), machine=machine, debian=DPKG_STATUS in files
-    )
-    loaded = preloads(environments, files, libs)
-    return resolve_state(libs, view, config, WATCHED, environments, loaded)
+@dataclass(slots=True)
+class _Answered:
+    """What one state's resolutions were computed from, and the resolutions."""
+
+    libs: tuple[NativeLibrary, ...]
+    files: frozenset[str]
+    links: dict[str, str]
+    config: LoaderConfig
+    loaded: tuple[Preload, ...]
+    environments: tuple[Environment, ...]
+    resolutions: tuple[Resolution, ...]
+
+
+class StepResolver:
+    """The loader's resolutions over the states of one audit, a state at a time: a state whose
+    inputs are those of the state before (the same libraries, files, links, loader
+    configuration and preloads, and when something is preloaded the same environment
+    objects) gets the answer computed for that state, without a search. Most layers of an
+    image change no library (a pure-Python install, the application's files)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: _Answered | None = None
+
+    def resolve(
+        self,
+        libs: Sequence[NativeLibrary],
+        view: FileView,
+        files: Mapping[str, bytes],
+        environments: Sequence[Environment],
+        env: Sequence[str],
+        machine: str,
+    ) -> tuple[Resolution, ...]:
+        """The resolutions in one state: its ``libs``, the files and links (``view``), the
+        captured files (``ld.so.conf`` and the package files the preload model reads), the
+        state's environments (sorted by path) and the image's ``Env`` and machine."""
+        config = LoaderConfig.of(
+            env, parse_ld_so_conf(files), machine=machine, debian=DPKG_STATUS in files
+        )
+        loaded = preloads(environments, files, libs)
+        libs = tuple(libs)
+        last = self._last
+        if (
+            last is not None
+            and last.config == config
+            and last.loaded == loaded
+            and last.files == view.files
+            and last.links == view.links
+            and last.libs == libs
+            and (
+                not loaded  # the environments are read for what a preloading package requires
+                or (
+                    len(last.environments) == len(environments)
+                    and all(a is b for a, b in zip(last.environments, environments, strict=True))
+                )
+            )
+        ):
+            return last.resolutions
+        found = resolve_state(libs, view, config, WATCHED, environments, loaded)
+        self._last = _Answered(
+            libs, view.files, dict(view.links), config, loaded, tuple(environments), found
+        )
+        return found
