@@ -145,3 +145,43 @@ def test_opaque_directory_the_layer_made_replaces_the_link() -> None:
     assert state.links == {}
     assert "/opt/link/torch-2.12.1.dist-info/METADATA" in state.files
     assert state.opaque_through_links == []
+
+
+def test_the_tree_knows_every_directory_that_holds_a_kept_path() -> None:
+    """``_Tree`` counts at each directory only what is directly in it; after any sequence of
+    adds, replacements, drops and whiteouts its directories are exactly those above a kept
+    path (``posixpath.dirname`` taken level by level, ``/`` left out), so a whiteout finds
+    everything below it and nothing else. Unnormalised paths (``//``, a trailing ``/``)
+    included."""
+    import posixpath
+    import random
+
+    from pinguard.audit.state import _Tree
+
+    def above(path: str) -> set[str]:
+        out, d = set(), posixpath.dirname(path)
+        while d.strip("/"):
+            out.add(d)
+            d = posixpath.dirname(d)
+        return out
+
+    rng = random.Random(29)
+    names = ["a", "b", "ab"]
+    tree: _Tree[int] = _Tree()
+    for i in range(1500):
+        depth = rng.randint(1, 4)
+        path = "/" + "/".join(rng.choice(names) for _ in range(depth))
+        if rng.random() < 0.05:
+            path = path.replace("/", "//", 1) if rng.random() < 0.5 else path + "/"
+        roll = rng.random()
+        if roll < 0.6:
+            tree.add(path, i)
+        elif roll < 0.9:
+            before = set(tree.items)
+            gone = tree.remove_tree(path, keep_root=rng.random() < 0.3)
+            assert set(gone) == before - set(tree.items)
+            assert all(p == path or p.startswith(path.rstrip("/") + "/") for p in gone)
+        elif tree.items:
+            tree.remove_tree(rng.choice(sorted(tree.items)), keep_root=False)
+        want = set().union(*(above(p) for p in tree.items)) if tree.items else set()
+        assert set(tree._dirs) == want

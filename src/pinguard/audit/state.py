@@ -30,24 +30,22 @@ from pinguard.models import Snapshot
 V = TypeVar("V")
 
 
-def _ancestors(path: str) -> Iterable[str]:
-    """The directories above ``path``, nearest first, ``/`` left out (``posixpath.dirname``
-    repeated; a normalised path, as every kept path is, is cut at its slashes directly)."""
+def _parent(path: str) -> str | None:
+    """The directory above ``path``, None above the top (``/`` left out): cut at its last
+    slash; a path with ``//`` or a trailing ``/`` through ``posixpath.dirname``."""
     if "//" in path or path.endswith("/"):
         parent = posixpath.dirname(path)
-        while parent not in {"/", ""}:
-            yield parent
-            parent = posixpath.dirname(parent)
-        return
+        return parent if parent.strip("/") else None  # "//" (POSIX keeps it) is the top too
     cut = path.rfind("/")
-    while cut > 0:
-        yield path[:cut]
-        cut = path.rfind("/", 0, cut)
+    return path[:cut] if cut > 0 else None
 
 
 class _Tree(Generic[V]):
-    """Values keyed by absolute path, with a count of entries below each directory so a
-    whiteout of a directory holding nothing we keep costs one lookup, not a scan."""
+    """Values keyed by absolute path, with the directories that hold any of them, so a
+    whiteout of a directory holding nothing we keep costs one lookup, not a scan. Each such
+    directory counts what is directly in it (kept paths and such directories), so adding or
+    dropping a path touches its parent, and only the levels above that it creates or empties
+    (one lookup for most paths, not one per level)."""
 
     def __init__(self) -> None:
         self.items: dict[str, V] = {}
@@ -55,18 +53,28 @@ class _Tree(Generic[V]):
 
     def add(self, path: str, value: V) -> None:
         if path not in self.items:
-            for d in _ancestors(path):
-                self._dirs[d] = self._dirs.get(d, 0) + 1
+            dirs = self._dirs
+            d = _parent(path)
+            while d is not None:
+                n = dirs.get(d)
+                if n is not None:
+                    dirs[d] = n + 1
+                    break
+                dirs[d] = 1  # a new directory: it is in its own parent
+                d = _parent(d)
         self.items[path] = value
 
     def _drop(self, path: str) -> None:
         del self.items[path]
-        for d in _ancestors(path):
-            left = self._dirs[d] - 1
-            if left:
-                self._dirs[d] = left
-            else:
-                del self._dirs[d]
+        dirs = self._dirs
+        d = _parent(path)
+        while d is not None:
+            n = dirs[d] - 1
+            if n:
+                dirs[d] = n
+                break
+            del dirs[d]  # emptied: it leaves its own parent
+            d = _parent(d)
 
     def remove_tree(self, path: str, keep_root: bool) -> list[str]:
         """Remove ``path`` (unless ``keep_root``) and everything below it; return what went."""
