@@ -200,3 +200,12 @@ def test_the_parser_offers_every_format() -> None:
     from pinguard.report.formats import FORMATS
 
     assert tuple(FORMATS) == FORMAT_NAMES
+
+
+def test_the_sbom_formats_are_the_writers_of_the_extra() -> None:
+    """``cli/audit.py`` checks the sbom extra only for these, so a warm JSON audit loads no
+    report module: they are the formats ``report.formats`` says the extra writes."""
+    from pinguard.cli.audit import SBOM_FORMAT_NAMES
+    from pinguard.report.formats import SBOM_WRITERS
+
+    assert set(SBOM_WRITERS) == set(SBOM_FORMAT_NAMES)

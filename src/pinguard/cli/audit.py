@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 #: The ``--format`` choices: the keys of ``report.formats.FORMATS`` (a test holds them
 #: equal), named here so that building the parser loads no report module.
 FORMAT_NAMES = ("table", "json", "sarif", "junit", "markdown", "html", "cyclonedx", "spdx")
+#: The formats whose writers are the ``sbom`` extra: the keys of
+#: ``report.formats.SBOM_WRITERS`` (a test holds them equal), so that a warm audit of any
+#: other format loads no report module.
+SBOM_FORMAT_NAMES = ("cyclonedx", "spdx")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,10 +88,13 @@ def run(args: argparse.Namespace) -> int:
     import datetime as _dt
 
     from pinguard.cli import warm
-    from pinguard.report.formats import require_writer
 
-    # first: without the sbom extra, -f cyclonedx fails the same with or without a warm report
-    require_writer(args.format, "audit")
+    if args.format in SBOM_FORMAT_NAMES:
+        # first: without the sbom extra, -f cyclonedx fails the same with or without a warm
+        # report
+        from pinguard.report.formats import require_writer
+
+        require_writer(args.format, "audit")
     try:
         found = warm.lookup(args)
     except PinguardError:
