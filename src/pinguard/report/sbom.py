@@ -12,10 +12,10 @@ command, and the requirement chain that forced it), and the dependency edges fro
 without any Python environment says so (``image_properties``); each item the audit could not
 read (``AuditResult.incomplete``) is an :class:`IncompleteItem`, attributed to the package it
 names (its metadata directory, a file under it, or a file its RECORD lists) or else to the
-image. Everything is sorted and the document identity (serial
-number, namespace) is derived from the image digest, so the same image gives the same bytes.
-The renderers in :mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map
-these to the libraries' models.
+image. Everything is sorted and the document identity (serial number, namespace) is derived
+from the image digest, so the same image gives the same bytes. The renderers in
+:mod:`pinguard.report.cyclonedx` and :mod:`pinguard.report.spdx` only map these to the
+libraries' models.
 """
 
 from __future__ import annotations
