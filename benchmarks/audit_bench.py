@@ -1204,12 +1204,15 @@ def podman_pull(ref: str, run_dir: Path) -> Run | None:
     if podman is None:
         return None
     root = run_dir / "podman"
+    # podman refuses a runroot longer than 50 characters ("the specified runroot is longer
+    # than 50 characters"), which the default workdir's run directory passes
+    runroot = Path(tempfile.mkdtemp(prefix="pgb-", dir="/tmp"))
     cmd = [
         podman,
         "--root",
         str(root / "storage"),
         "--runroot",
-        str(root / "run"),
+        str(runroot),
         "--storage-driver",
         "vfs",
         "pull",
@@ -1221,6 +1224,7 @@ def podman_pull(ref: str, run_dir: Path) -> Run | None:
         return run_timed(cmd, run_dir / "podman.out", dict(os.environ))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(runroot, ignore_errors=True)
 
 
 def lazy_read(
