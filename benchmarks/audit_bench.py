@@ -465,6 +465,7 @@ class Image:
     dists: int  # distributions the generator wrote (0: not known beforehand)
     repo: str = REPO
     title: str = "synthetic"
+    source: str | None = None  # where skopeo copies it from (None: the OCI layout)
 
     @property
     def blob_bytes(self) -> int:
@@ -1022,7 +1023,16 @@ def torch_image(address: str, log: Any) -> Image:
         {"digest": d["digest"], "size": int(d["size"]), "media_type": d["mediaType"]}
         for d in manifest["layers"]
     ]
-    return Image(None, tag, digest, layers, 0, repo=TORCH_REPO, title=f"real: {stored}")
+    return Image(
+        None,
+        tag,
+        digest,
+        layers,
+        0,
+        repo=TORCH_REPO,
+        title=f"real: {stored}",
+        source=f"containers-storage:{stored}",
+    )
 
 
 def _cached_layers(cache_dir: Path) -> tuple[int, int]:
@@ -1232,12 +1242,14 @@ def lazy_read(
 ) -> dict[str, Any] | None:
     """The same image pushed as zstd:chunked (``lazy_bench.py``'s push): its floor (fetch and
     inflate every zstd layer), the lazy audit and the share of the bytes it fetched."""
-    if image.layout is None:
+    source = image.source or (f"oci:{image.layout}:{image.tag}" if image.layout else None)
+    if source is None:
+        log("no source to push as zstd:chunked: the lazy row is not measured")
         return None
     import lazy_bench
 
     tag = f"{image.tag}-chunked"
-    manifest = lazy_bench.push_chunked(f"oci:{image.layout}:{image.tag}", address, tag, log)
+    manifest = lazy_bench.push_chunked(source, address, tag, log)
     ref = f"docker://{address}/{lazy_bench.REPO}:{tag}"
     stored = sum(int(layer["size"]) for layer in manifest["layers"])
     floor_s, floor_cpu = lazy_bench.floor(address, manifest, jobs)
