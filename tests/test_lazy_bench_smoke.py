@@ -42,12 +42,14 @@ def test_lazy_bench_smoke(tmp_path: Path) -> None:
         "floor (fetch + inflate)",
         "full audit (DiffIDs proven)",
         "lazy audit (--layer-read lazy)",
+        "lazy audit, --allow-unproven",
         "lazy layers (load_layers alone)",
         "x floor",
         "lazy/full audit:",
+        "unproven lazy/floor:",
     ):
         assert row in stdout, stdout
-    assert "layers read lazily: 2 of 2" in stdout, stdout
+    assert "layers read lazily (--allow-unproven): 2 of 2" in stdout, stdout
     assert "findings identical: yes" in stdout, stdout
     found = re.search(r"bytes fetched: (\d+) of (\d+) compressed", stdout)
     assert found is not None, stdout
