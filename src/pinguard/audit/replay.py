@@ -373,14 +373,19 @@ def replay_store(resolved: ResolvedImage, options: AuditOptions) -> tuple[Replay
     return ReplayCache(options.cache_dir), key
 
 
+def image_info(resolved: ResolvedImage) -> ImageInfo:
+    """Which image a result names: the same for a built result and a replayed one."""
+    return ImageInfo(
+        reference=resolved.reference,
+        manifest_digest=resolved.manifest_digest,
+        platform=resolved.platform,
+        transport=resolved.transport,
+    )
+
+
 def from_replay(resolved: ResolvedImage, replay: Replay) -> AuditResult:
     return AuditResult(
-        image=ImageInfo(
-            reference=resolved.reference,
-            manifest_digest=resolved.manifest_digest,
-            platform=resolved.platform,
-            transport=resolved.transport,
-        ),
+        image=image_info(resolved),
         steps=replay.steps,
         final=replay.snapshots[-1] if replay.snapshots else Snapshot(),
         snapshots=replay.snapshots,

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from pinguard.audit.diff import Differ
-from pinguard.audit.replay import StepEncoder
+from pinguard.audit.replay import StepEncoder, image_info
 from pinguard.audit.state import State
 from pinguard.catalog import Analyzers, ImageFacts, StepFacts
 from pinguard.layers.analysis import LayerAnalysis
-from pinguard.models import AuditResult, ImageInfo, Incomplete, Snapshot, Step
+from pinguard.models import AuditResult, Incomplete, Snapshot, Step
 from pinguard.sources.interface import LayerRef, ResolvedImage
 
 
@@ -134,14 +134,8 @@ class StepBuilder:
         for item in previous.incomplete:
             if item.final_only:
                 incomplete.setdefault((item.what, item.why), item)
-        image = ImageInfo(
-            reference=resolved.reference,
-            manifest_digest=resolved.manifest_digest,
-            platform=resolved.platform,
-            transport=resolved.transport,
-        )
         return AuditResult(
-            image=image,
+            image=image_info(resolved),
             steps=tuple(self._steps),
             final=previous,
             snapshots=tuple(self._snapshots),
