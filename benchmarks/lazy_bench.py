@@ -13,7 +13,7 @@ the full audit, and whether both audits found the same packages, native facts, f
 verdict. The last release has no lazy read: ``--baseline REV`` adds its full audit
 (``git archive``, as ``audit_bench.py`` does) beside this checkout's, in the same run.
 ``--smoke`` does the same on a small image built here
-(four distributions beside 64 MB of random bytes no analyzer reads, and a real shared
+(four distributions beside 256 MB of random bytes no analyzer reads, and a real shared
 object), for ``tests/test_lazy_bench_smoke.py``; ``--max-bytes`` and ``--max-floor-ratio``
 make the script exit 1 when the lazy read fetches more than that share of the compressed
 bytes or its ``load_layers`` takes more than that share of the floor's wall time.
@@ -55,12 +55,15 @@ def _manifest(address: str, tag: str) -> dict[str, Any] | None:
 
 
 def _smoke_layout(path: Path) -> str:
-    """A small two-layer OCI layout (gzip): metadata beside 16 MB nobody analyses."""
+    """A small two-layer OCI layout (zstd; skopeo recompresses it as zstd:chunked, and
+    fails with 'short write' on an uncompressed one):
+    metadata and a real shared object beside 256 MB of random bytes nobody analyses, enough
+    that the floor is well above the lazy read's fixed cost (its rounds of requests)."""
     from pinguard.testing.images import ImageWriter, layer_tar
 
     site = "usr/lib/python3.11/site-packages"
     rng = __import__("random").Random(19)
-    big = rng.randbytes(64 << 20)
+    big = b"".join(rng.randbytes(64 << 20) for _ in range(4))
     libz = Path("/usr/lib/x86_64-linux-gnu/libz.so.1").read_bytes()
 
     def dist(name: str, version: str, requires: str = "") -> dict[str, bytes]:
@@ -74,9 +77,9 @@ def _smoke_layout(path: Path) -> str:
     second = {**dist("foo", "1.9"), **dist("zoo", "1.0")}
     w = ImageWriter(path)
     layers = [
-        w.layer(layer_tar(first, parents=True), "gzip"),
+        w.layer(layer_tar(first, parents=True), "zstd"),
         w.layer(
-            layer_tar(second, parents=True, whiteouts=[f"{site}/.wh.foo-2.0.dist-info"]), "gzip"
+            layer_tar(second, parents=True, whiteouts=[f"{site}/.wh.foo-2.0.dist-info"]), "zstd"
         ),
     ]
     img = w.image(layers, [{"created_by": "RUN pip install bar"}, {"created_by": "RUN pip"}])

@@ -28,5 +28,5 @@ def run_benchmark(
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
-    assert proc.returncode == returncode, proc.stderr[-3000:]
+    assert proc.returncode == returncode, (proc.stdout[-3000:], proc.stderr[-3000:])
     return proc.stdout
