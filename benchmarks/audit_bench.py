@@ -48,7 +48,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -601,15 +601,20 @@ def push(image: Image, address: str, log: Any) -> None:
 # --- measurements -----------------------------------------------------------------------------
 
 
-def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
+def _floor_one(
+    args: tuple[str, str, bool, bool] | tuple[str, str, bool, bool, int],
+) -> tuple[int, float]:
     """Fetch one blob and inflate it, discarding the bytes; return the inflated size (also
     ``fleet_bench.py``'s floor). ``url`` is an HTTP URL (a registry) or ``file://`` (a blob
     of an OCI layout on disk, read as ``oci:`` reads it).
 
     With ``prove`` it is what a verifying pull does, in the threads pinguard uses: one
     fetches the blob and hashes it with SHA-256 (checked against the digest in ``url``),
-    this one inflates, and one hashes the tar (the diff_id), so the three overlap."""
-    url, media_type, inflate, prove = args
+    this one inflates, and one hashes the tar (the diff_id), so the three overlap. A fifth
+    item (bytes, the report floor) has a fourth thread hash that many of the tar's bytes once
+    more: the SHA-256 of each shared object's content that the report states."""
+    url, media_type, inflate, prove = args[:4]
+    also = args[4] if len(args) > 4 else 0
     import queue
 
     out = 0
@@ -619,13 +624,27 @@ def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
     digest = hashlib.sha256()
     blob_digest = hashlib.sha256()
 
+    again: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+    content = hashlib.sha256()
+
     def hash_all() -> None:
+        left = also
         while (item := handoff.get()) is not None:
             digest.update(item)
+            if left > 0:
+                again.put(item[:left])
+                left -= len(item)
+        again.put(None)
+
+    def hash_again() -> None:
+        while (item := again.get()) is not None:
+            content.update(item)
 
     hasher = threading.Thread(target=hash_all, daemon=True)
+    rehasher = threading.Thread(target=hash_again, daemon=True)
     if prove:
         hasher.start()
+        rehasher.start()
     with contextlib.ExitStack() as stack:
         if url.startswith("file://"):
             fh = stack.enter_context(open(url[len("file://") :], "rb"))
@@ -684,6 +703,7 @@ def _floor_one(args: tuple[str, str, bool, bool]) -> tuple[int, float]:
     if prove:
         handoff.put(None)
         hasher.join()
+        rehasher.join()
         got = "sha256:" + blob_digest.hexdigest()
         name = url.rsplit("/", 1)[1]  # blobs/sha256:<hex> (HTTP), blobs/sha256/<hex> (a file)
         if got != (name if ":" in name else f"sha256:{name}"):
@@ -712,12 +732,20 @@ def floor(
     inflate: bool = True,
     prove: bool = False,
     cpus: Sequence[int] | None = None,
+    content: Mapping[str, int] | None = None,
 ) -> tuple[float, float]:
     """Wall time to fetch (and inflate, and with ``prove`` hash the blob and the tar) every
     layer, ``jobs`` processes (on ``cpus`` only, when given); ``address`` None: read the blobs
-    from the OCI layout's files."""
+    from the OCI layout's files. ``content`` (layer digest -> bytes, with ``prove``): the
+    report floor, which also hashes that many bytes of each layer's tar (``elf_bytes``)."""
     work = [
-        (_blob_url(image, address, layer["digest"]), layer["media_type"], inflate, prove)
+        (
+            _blob_url(image, address, layer["digest"]),
+            layer["media_type"],
+            inflate,
+            prove,
+            (content or {}).get(layer["digest"], 0),
+        )
         for layer in image.layers
     ]
     with multiprocessing.get_context("fork").Pool(jobs, _pin, (cpus,)) as pool:
@@ -1048,6 +1076,24 @@ def _cached_layers(cache_dir: Path) -> tuple[int, int]:
     return members, size
 
 
+def elf_bytes(cache_dir: Path) -> dict[str, int]:
+    """Layer digest -> the bytes of the shared objects the audit read in it, from its cache
+    entries: each one's content SHA-256 is in the report (``native_libraries[].digest``), and
+    the native rules compare it with the wheel's RECORD, so an audit hashes these bytes a
+    third time (after the blob and the tar). The report floor adds that hash."""
+    out: dict[str, int] = {}
+    for entry in cache_dir.glob("sha256-*"):
+        data = json.loads(entry.read_text())
+        data = data.get("analysis", data)
+        total = 0
+        for value in data.get("streamed", {}).values():
+            facts = value.get("native") if isinstance(value, dict) else None
+            if isinstance(facts, dict) and facts.get("digest"):
+                total += int(facts.get("size", 0))
+        out[str(data["digest"])] = total
+    return out
+
+
 # --- where one layer's time goes -------------------------------------------------------------
 
 _STAGES = """
@@ -1137,10 +1183,12 @@ def core_sweep(
     run_dir: Path,
     base: tuple[str, Path] | None,
     log: Any,
+    content: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """For each count of ``cores`` this machine has: the floor and the proof floor with one
-    process per core, and the cold audit (this checkout, then the last release's) pinned to
-    those cores with ``taskset`` and one layer worker per core (``--jobs``)."""
+    """For each count of ``cores`` this machine has: the floor, the proof floor and (given
+    ``content``) the report floor with one process per core, and the cold audit (this
+    checkout, then the last release's) pinned to those cores with ``taskset`` and one layer
+    worker per core (``--jobs``)."""
     available = sorted(os.sched_getaffinity(0))
     rows: list[dict[str, Any]] = []
     for n in cores:
@@ -1160,6 +1208,10 @@ def core_sweep(
             "proof_cpu": proof_cpu,
             "cold": asdict(cold),
         }
+        if content:
+            row["report_s"], row["report_cpu"] = floor(
+                image, address, n, prove=True, cpus=cpus, content=content
+            )
         if base is not None:
             last = run_audit(
                 ref,
@@ -1181,9 +1233,13 @@ def core_sweep(
 
 def print_sweep(rows: Sequence[dict[str, Any]]) -> None:
     """One row per core count: floors, the cold audit and the last release's, ratios."""
-    print("scaling (taskset, one process or layer worker per core; x proof = / proof floor):")
     print(
-        f"{'cores':>5}{'floor s':>9}{'proof s':>9}{'cold s':>9}{'cpu s':>8}{'x proof':>9}"
+        "scaling (taskset, one process or layer worker per core; x proof = / proof floor, "
+        "x report = / report floor):"
+    )
+    print(
+        f"{'cores':>5}{'floor s':>9}{'proof s':>9}{'report s':>9}{'cold s':>9}{'cpu s':>8}"
+        f"{'x proof':>9}{'x report':>9}"
         f"{'last s':>9}{'last cpu':>9}{'last xpr':>9}{'x last':>8}{'same':>6}"
     )
     for r in rows:
@@ -1195,9 +1251,12 @@ def print_sweep(rows: Sequence[dict[str, Any]]) -> None:
             same = "yes" if r.get("same_report") else "NO"
         else:
             last_s = last_cpu = last_x = x_last = same = "-"
+        report_s = f"{r['report_s']:.2f}" if "report_s" in r else "-"
+        x_report = f"{cold['seconds'] / r['report_s']:.2f}" if "report_s" in r else "-"
         print(
-            f"{r['cores']:>5}{r['floor_s']:>9.2f}{r['proof_s']:>9.2f}{cold['seconds']:>9.2f}"
-            f"{cold['cpu']:>8.2f}{cold['seconds'] / r['proof_s']:>9.2f}"
+            f"{r['cores']:>5}{r['floor_s']:>9.2f}{r['proof_s']:>9.2f}{report_s:>9}"
+            f"{cold['seconds']:>9.2f}"
+            f"{cold['cpu']:>8.2f}{cold['seconds'] / r['proof_s']:>9.2f}{x_report:>9}"
             f"{last_s:>9}{last_cpu:>9}{last_x:>9}{x_last:>8}{same:>6}"
         )
     print(
@@ -1468,6 +1527,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         layers_s, layers_cpu = layers_only(ref, run_dir / "cache-layers")
         log("cold audit ...")
         cold = run_audit(ref, run_dir / "cache-cold", run_dir / "cold.json")
+        content = elf_bytes(run_dir / "cache-cold")
+        log(
+            f"report floor: the proof floor + the SHA-256 of {sum(content.values()) / 1e6:.0f} MB "
+            "of shared objects ..."
+        )
+        report_s, report_cpu = floor(image, address, args.jobs, prove=True, content=content)
         log("warm audit ...")
         warm = run_warm(ref, run_dir / "cache-cold", run_dir / "warm.json")
         if (run_dir / "cold.json").read_bytes() != (run_dir / "warm.json").read_bytes():
@@ -1513,7 +1578,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "warm": asdict(b_warm),
                 "verify_records": asdict(b_verify) if b_verify else None,
             }
-        sweep = core_sweep(image, address, ref, cores, run_dir, base, log) if cores else None
+        sweep = (
+            core_sweep(image, address, ref, cores, run_dir, base, log, content) if cores else None
+        )
         pulled = None
         if args.podman and address is not None:
             log("podman pull into fresh storage ...")
@@ -1542,6 +1609,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "proof_s": proof_s,
             "proof_cpu": proof_cpu,
             "proof_hashes": "blob+tar",  # what the proof floor hashes
+            "report_s": report_s,
+            "report_cpu": report_cpu,
+            "report_bytes": sum(content.values()),
             "layers_s": layers_s,
             "fetch_cpu": fetch_cpu,
             "floor_cpu": floor_cpu,
@@ -1599,6 +1669,13 @@ def print_extras(f: dict[str, Any]) -> None:
             f"(cpu {cold['cpu'] / f['proof_cpu']:.2f}; "
             f"target <= {TARGET_COLD_PROOF:.2f} on 2 cores)"
             + (f"; last release {last['cold']['seconds'] / f['proof_s']:.2f}" if last else "")
+        )
+    if "report_s" in f:
+        print(
+            f"issue 29: cold/report floor {cold['seconds'] / f['report_s']:.2f} "
+            f"(cpu {cold['cpu'] / f['report_cpu']:.2f}; the target's floor once the report's "
+            "shared-object digests are counted)"
+            + (f"; last release {last['cold']['seconds'] / f['report_s']:.2f}" if last else "")
         )
     if start:
         print(
@@ -1667,6 +1744,10 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
         # figures saved before the blob's sha256 joined the proof floor hash the tar only
         proof = "+ blob, tar" if f.get("proof_hashes") == "blob+tar" else "+ tar sha256"
         rows.append((f"proof floor ({proof})", "proof", f["proof_s"], f["proof_cpu"], None, None))
+    if "report_s" in f:
+        rows.append(
+            ("report floor (+ .so sha256)", "report", f["report_s"], f["report_cpu"], None, None)
+        )
     rows += [
         ("layers (load_layers)", "layers", f["layers_s"], f["layers_cpu"], None, None),
         ("cold audit", "cold", cold["seconds"], cold["cpu"], cold["max_rss"], cold["tree_rss"]),
@@ -1745,6 +1826,13 @@ def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:
             f"cold/proof floor: {cold['seconds'] / f['proof_s']:.2f} (the least a reader that "
             f"proves every layer's {proven} spends: proof floor/floor "
             f"{f['proof_s'] / floor_s:.2f}, cpu {f['proof_cpu'] / floor_cpu:.2f})"
+        )
+    if "report_s" in f:
+        print(
+            f"cold/report floor: {cold['seconds'] / f['report_s']:.2f} (the proof floor plus the "
+            f"SHA-256 of the {f['report_bytes'] / 1e6:.0f} MB of shared objects whose digests the "
+            f"report states and the RECORD check compares: report floor/proof floor "
+            f"{f['report_s'] / f['proof_s']:.2f}, cpu {f['report_cpu'] / f['proof_cpu']:.2f})"
         )
     print(f"warm/floor: {warm['seconds'] / floor_s:.3f} (target <= {TARGET_WARM:.2f})")
     if start:

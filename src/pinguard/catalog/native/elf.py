@@ -216,7 +216,8 @@ class ElfScanner:
         data = memoryview(chunk).cast("B")
         if not data:
             return
-        self._hash.update(data)
+        if self._elf is not False:  # a file that is not ELF has no facts, so no digest
+            self._hash.update(data)
         at = self._pos
         self._pos += len(data)
         if self._take(at, data, at) and self._found is None and self._banners:
