@@ -1300,7 +1300,9 @@ def lazy_read(
     image: Image, address: str, run_dir: Path, jobs: int, log: Any
 ) -> dict[str, Any] | None:
     """The same image pushed as zstd:chunked (``lazy_bench.py``'s push): its floor (fetch and
-    inflate every zstd layer), the lazy audit and the share of the bytes it fetched."""
+    inflate every zstd layer), the lazy audit (a pass is confirmed by reading every layer in
+    full), the lazy audit with ``--allow-unproven`` (which takes the lazy read's word, the only
+    one that can be under the floor) and the share of the bytes that one fetched."""
     source = image.source or (f"oci:{image.layout}:{image.tag}" if image.layout else None)
     if source is None:
         log("no source to push as zstd:chunked: the lazy row is not measured")
@@ -1313,11 +1315,18 @@ def lazy_read(
     stored = sum(int(layer["size"]) for layer in manifest["layers"])
     floor_s, floor_cpu = lazy_bench.floor(address, manifest, jobs)
     lazy = run_audit(ref, run_dir / "lazy-cache", run_dir / "lazy.json", ["--layer-read", "lazy"])
-    reads = json.loads((run_dir / "lazy.json").read_text()).get("layer_reads", [])
+    unproven = run_audit(
+        ref,
+        run_dir / "unproven-cache",
+        run_dir / "unproven.json",
+        ["--layer-read", "lazy", "--allow-unproven"],
+    )
+    reads = json.loads((run_dir / "unproven.json").read_text()).get("layer_reads", [])
     return {
         "floor_s": floor_s,
         "floor_cpu": floor_cpu,
         "lazy": asdict(lazy),
+        "unproven": asdict(unproven),
         "stored": stored,
         "fetched": sum(int(r.get("fetched", 0)) for r in reads),
         "lazy_layers": sum(r.get("mode") == "lazy" for r in reads),
@@ -1699,11 +1708,17 @@ def print_extras(f: dict[str, Any]) -> None:
     lazy = f.get("lazy")
     if lazy:
         run = lazy["lazy"]
+        print(
+            f"lazy (zstd:chunked), its pass confirmed by a full read: {run['seconds']:.2f} s, "
+            f"cpu {run['cpu']:.2f}, peak {run['max_rss'] >> 20} MiB; floor {lazy['floor_s']:.2f} s "
+            f"({run['seconds'] / lazy['floor_s']:.2f}x the floor)"
+        )
+        run = lazy.get("unproven", run)
         under = lazy["floor_s"] / run["seconds"]
         print(
-            f"lazy (zstd:chunked, {lazy['lazy_layers']} of {lazy['layers']} layers lazily): "
+            f"lazy --allow-unproven ({lazy['lazy_layers']} of {lazy['layers']} layers lazily): "
             f"{run['seconds']:.2f} s, cpu {run['cpu']:.2f}, peak {run['max_rss'] >> 20} MiB; "
-            f"floor {lazy['floor_s']:.2f} s: {under:.1f}x under it (target >= {TARGET_LAZY:.0f}x); "
+            f"{under:.1f}x under the floor (target >= {TARGET_LAZY:.0f}x); "
             f"{lazy['fetched']} of {lazy['stored']} bytes "
             f"({100 * lazy['fetched'] / max(lazy['stored'], 1):.2f}%, target < 2%)"
         )
