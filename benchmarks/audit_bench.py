@@ -1302,7 +1302,8 @@ def lazy_read(
     """The same image pushed as zstd:chunked (``lazy_bench.py``'s push): its floor (fetch and
     inflate every zstd layer), the lazy audit (a pass is confirmed by reading every layer in
     full), the lazy audit with ``--allow-unproven`` (which takes the lazy read's word, the only
-    one that can be under the floor) and the share of the bytes that one fetched."""
+    one that can be under the floor), the share of the bytes that one fetched and the lazy
+    floor (``lazy_bench.LazyFloor``: start-up and the TOCs, the least any lazy reader spends)."""
     source = image.source or (f"oci:{image.layout}:{image.tag}" if image.layout else None)
     if source is None:
         log("no source to push as zstd:chunked: the lazy row is not measured")
@@ -1322,8 +1323,10 @@ def lazy_read(
         ["--layer-read", "lazy", "--allow-unproven"],
     )
     reads = json.loads((run_dir / "unproven.json").read_text()).get("layer_reads", [])
+    least = lazy_bench.LazyFloor.measure(address, manifest, ref, jobs, run_dir)
     return {
         "floor_s": floor_s,
+        "least": asdict(least),
         "floor_cpu": floor_cpu,
         "lazy": asdict(lazy),
         "unproven": asdict(unproven),
@@ -1722,6 +1725,11 @@ def print_extras(f: dict[str, Any]) -> None:
             f"{lazy['fetched']} of {lazy['stored']} bytes "
             f"({100 * lazy['fetched'] / max(lazy['stored'], 1):.2f}%, target < 2%)"
         )
+        if "least" in lazy:
+            import lazy_bench
+
+            least = lazy_bench.LazyFloor(**lazy["least"])
+            print("\n".join(least.rows(lazy["floor_s"], run["seconds"])))
 
 
 def print_table(f: dict[str, Any], max_ratio: float | None = None) -> list[str]:

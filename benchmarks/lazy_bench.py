@@ -10,7 +10,12 @@ skopeo compresses rather than reusing gzip blobs) to Debian's ``docker-registry`
 the chunks analyzers need), both subprocesses with an empty cache, and prints the bytes the
 lazy read fetched against the compressed size, its wall time against the floor and against
 the full audit, and whether both audits found the same packages, native facts, findings and
-verdict. The last release has no lazy read: ``--baseline REV`` adds its full audit
+verdict. Beside the floor it measures the lazy floor, the least any lazy reader spends: the
+start-up floor (Python starts, imports ``requests``, fetches the manifest and the config) and
+the TOC floor (every layer's TOC fetched from where its manifest-position annotation places
+it, inflated and parsed as JSON, one process per core); it prints the unproven lazy audit
+against it and whether the issue's target, 10x under the floor, lies above it or below what
+any lazy reader can reach. The last release has no lazy read: ``--baseline REV`` adds its full audit
 (``git archive``, as ``audit_bench.py`` does) beside this checkout's, in the same run.
 ``--smoke`` does the same on a small image built here
 (four distributions beside 256 MB of random bytes no analyzer reads, and a real shared
@@ -22,6 +27,7 @@ bytes or its ``load_layers`` takes more than that share of the floor's wall time
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import multiprocessing
 import os
@@ -31,11 +37,12 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import ROOT, _pythonpath, baseline_src, run_audit
+from audit_bench import ROOT, _pythonpath, baseline_src, run_audit, start_floor
 
 REPO = "bench/lazy"
 TORCH = "localhost/pinguard-test/torch-real:2.14.1-v1"
@@ -141,6 +148,84 @@ def floor(address: str, manifest: dict[str, Any], jobs: int) -> tuple[float, flo
         return time.perf_counter() - started, sum(cpu for _n, cpu in results)
 
 
+def _toc_one(job: tuple[str, int, int, int]) -> tuple[int, float]:
+    """Fetch one layer's TOC range, inflate it and parse its JSON: (entries, CPU seconds)."""
+    import requests
+    import zstandard
+
+    url, offset, length, uncompressed = job
+    cpu = time.process_time()
+    headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+    with requests.get(url, headers=headers, timeout=60) as resp:
+        resp.raise_for_status()
+        data = resp.content
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    entries = len(json.loads(reader.read(uncompressed + 1))["entries"])
+    return entries, time.process_time() - cpu
+
+
+def toc_floor(address: str, manifest: dict[str, Any], jobs: int) -> tuple[float, float, int]:
+    """(wall, CPU seconds, entries) to fetch every layer's TOC (where its manifest-position
+    annotation places it), inflate it and parse its JSON, ``jobs`` processes, largest first:
+    what any lazy reader of these layers spends before it knows which chunks to fetch (the
+    tar-split, where one is placed, is not counted)."""
+    work = []
+    for layer in sorted(manifest["layers"], key=lambda layer: -layer["size"]):
+        position = next(
+            v for k, v in layer["annotations"].items() if k.endswith("manifest-position")
+        )
+        offset, length, uncompressed, _kind = (int(p) for p in position.split(":"))
+        url = f"http://{address}/v2/{REPO}/blobs/{layer['digest']}"
+        work.append((url, offset, length, uncompressed))
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        pool.map(_toc_one, work[-1:])  # warm the workers up (imports, page cache)
+        started = time.perf_counter()
+        results = pool.map(_toc_one, work, chunksize=1)
+        wall = time.perf_counter() - started
+    return wall, sum(cpu for _n, cpu in results), sum(n for n, _cpu in results)
+
+
+@dataclass(frozen=True, slots=True)
+class LazyFloor:
+    """The least a lazy audit spends: the start-up floor (Python, ``requests``, the manifest
+    and the config; ``audit_bench.start_floor``) and the TOC floor (``toc_floor``)."""
+
+    start_s: float
+    start_cpu: float
+    toc_s: float
+    toc_cpu: float
+    entries: int
+
+    @property
+    def seconds(self) -> float:
+        return self.start_s + self.toc_s
+
+    @classmethod
+    def measure(
+        cls, address: str, manifest: dict[str, Any], ref: str, jobs: int, work: Path
+    ) -> LazyFloor:
+        start = start_floor(ref, work / "start.out")
+        toc_s, toc_cpu, entries = toc_floor(address, manifest, jobs)
+        return cls(start.seconds, start.cpu, toc_s, toc_cpu, entries)
+
+    def rows(self, floor_s: float, unproven_s: float) -> list[str]:
+        """The unproven lazy audit against this floor, and whether the issue's target (10x
+        under the floor) lies above it: no lazy reader can be faster than this floor."""
+        target = floor_s / 10
+        return [
+            f"lazy floor: start-up {self.start_s:.2f} s + TOCs {self.toc_s:.2f} s "
+            f"({self.entries} entries) = {self.seconds:.2f} s",
+            f"unproven lazy/lazy floor: {unproven_s / self.seconds:.2f}x the lazy floor "
+            f"(x TOC floor: {unproven_s / self.toc_s:.1f})",
+            f"10x under the floor: {target:.2f} s, "
+            + (
+                f"above the lazy floor ({self.seconds:.2f} s): reachable"
+                if target > self.seconds
+                else f"below the lazy floor ({self.seconds:.2f} s): no lazy reader reaches it"
+            ),
+        ]
+
+
 _LAZY_LAYERS = """
 import sys, time
 from pathlib import Path
@@ -235,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ["--layer-read", "lazy", "--allow-unproven"],
             )
             layers_s = lazy_layers(ref)
+            least = LazyFloor.measure(registry.address, manifest, ref, args.jobs, work)
             last = None
             if args.baseline:
                 commit, src = baseline_src(args.workdir, args.baseline)
@@ -258,6 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"zstd:chunked layers, {stored} compressed bytes; {args.jobs} cores",
         f"{'measure':<34}{'seconds':>9}{'cpu s':>9}{'peak RSS':>10}{'x floor':>9}",
         f"{'floor (fetch + inflate)':<34}{floor_s:9.2f}{floor_cpu:9.2f}{'':>10}{1:9.2f}",
+        f"{'TOC floor (fetch + parse TOCs)':<34}{least.toc_s:9.2f}{least.toc_cpu:9.2f}{'':>10}"
+        f"{least.toc_s / floor_s:9.2f}",
+        f"{'start-up floor (python, manifest)':<34}{least.start_s:9.2f}{least.start_cpu:9.2f}"
+        f"{'':>10}{least.start_s / floor_s:9.2f}",
+        f"{'lazy floor (start-up + TOCs)':<34}{least.seconds:9.2f}{'':>9}{'':>10}"
+        f"{least.seconds / floor_s:9.2f}",
         f"{'full audit (DiffIDs proven)':<34}{full.seconds:9.2f}{full.cpu:9.2f}"
         f"{full.max_rss >> 20:>6} MiB{full.seconds / floor_s:9.2f}",
         f"{'lazy audit (--layer-read lazy)':<34}{lazy.seconds:9.2f}{lazy.cpu:9.2f}"
@@ -284,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"lazy/full audit: {lazy.seconds / full.seconds:.3f}",
         f"unproven lazy/floor: {unproven.seconds / floor_s:.3f} "
         f"({floor_s / unproven.seconds:.1f}x under the floor; target >= 10x)",
+        *least.rows(floor_s, unproven.seconds),
+        f"lazy layers/TOC floor: {layers_s / least.toc_s:.2f}",
         f"lazy cpu/floor cpu: {lazy.cpu / floor_cpu:.3f}",
         f"findings identical: {'yes' if same else 'NO'}",
     ]

@@ -8,7 +8,8 @@ the floor measured in the same run: the lazy read fetches at most 5% of the comp
 (0.10% measured) and its ``load_layers`` takes at most the floor's wall time (0.34-0.40x
 measured on 2 cores). With 64 MB of bulk the floor was 0.10 s, as short as the lazy read's
 fixed cost (its rounds of requests), and the ratio sat at 0.9-0.97: one slow CI run failed it.
-Both audits must find the same packages, native facts and findings.
+Both audits must find the same packages, native facts and findings. The lazy floor (start-up
+plus fetching and parsing every TOC) is printed, and the unproven lazy audit is at least it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def test_lazy_bench_smoke(tmp_path: Path) -> None:
     )
     for row in (
         "floor (fetch + inflate)",
+        "TOC floor (fetch + parse TOCs)",
+        "start-up floor (python, manifest)",
+        "lazy floor (start-up + TOCs)",
         "full audit (DiffIDs proven)",
         "lazy audit (--layer-read lazy)",
         "lazy audit, --allow-unproven",
@@ -52,6 +56,22 @@ def test_lazy_bench_smoke(tmp_path: Path) -> None:
     ):
         assert row in stdout, stdout
     assert "layers read lazily (--allow-unproven): 2 of 2" in stdout, stdout
+    # the lazy floor: start-up plus the TOCs (one entry per tar member and chunk), which the
+    # unproven lazy audit cannot beat, and the issue's target (floor / 10) against it
+    least = re.search(
+        r"lazy floor: start-up ([\d.]+) s \+ TOCs ([\d.]+) s \((\d+) entries\) = ([\d.]+) s",
+        stdout,
+    )
+    assert least is not None, stdout
+    start, tocs, entries, total = least.groups()
+    assert float(start) > 0, stdout
+    assert float(tocs) > 0, stdout
+    assert int(entries) >= 10, stdout
+    assert abs(float(start) + float(tocs) - float(total)) <= 0.011, stdout
+    ratio = re.search(r"unproven lazy/lazy floor: ([\d.]+)x the lazy floor \(x TOC floor", stdout)
+    assert ratio is not None, stdout
+    assert float(ratio.group(1)) >= 1.0, stdout
+    assert re.search(r"10x under the floor: [\d.]+ s, (above|below) the lazy floor", stdout)
     assert "findings identical: yes" in stdout, stdout
     found = re.search(r"bytes fetched: (\d+) of (\d+) compressed", stdout)
     assert found is not None, stdout
