@@ -1340,6 +1340,15 @@ def lazy_read(
 # --- the last release -------------------------------------------------------------------------
 
 
+def report_differences(new: Path, old: Path) -> list[str] | None:
+    """None when the two JSON reports are byte-identical; else the top-level keys whose
+    values differ (``pinguard`` names the version that wrote each)."""
+    if new.read_bytes() == old.read_bytes():
+        return None
+    a, b = json.loads(new.read_text()), json.loads(old.read_text())
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)) or ["(formatting)"]
+
+
 def baseline_src(workdir: Path, rev: str) -> tuple[str, Path]:
     """``rev``'s ``src/`` extracted (once) under ``workdir``: (short commit, path)."""
     proc = subprocess.run(
@@ -1589,6 +1598,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "cold": asdict(b_cold),
                 "warm": asdict(b_warm),
                 "verify_records": asdict(b_verify) if b_verify else None,
+                "report_differs": report_differences(
+                    run_dir / "cold.json", run_dir / "base-cold.json"
+                ),
             }
         sweep = (
             core_sweep(image, address, ref, cores, run_dir, base, log, content) if cores else None
@@ -1675,6 +1687,12 @@ def print_extras(f: dict[str, Any]) -> None:
     """Issue 29's rows beside their floors: cold/proof floor, warm/start-up floor (this
     checkout and the last release), the core sweep, podman pull, the lazy read."""
     cold, warm, start, last = f["cold"], f["warm"], f.get("start"), f.get("last")
+    if last and "report_differs" in last:
+        differs = last["report_differs"]
+        print(
+            "cold report against the last release's: "
+            + ("byte-identical" if differs is None else f"DIFFERS in {', '.join(differs)}")
+        )
     if "proof_s" in f:
         print(
             f"issue 29: cold/proof floor {cold['seconds'] / f['proof_s']:.2f} "

@@ -72,6 +72,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "cold/floor:",
         "cold/proof floor:",
         "cold/report floor:",
+        "cold report against the last release's: ",  # byte-identical, or the keys that differ
         "warm/floor:",
         "start-up floor",
         "warm/start-up floor:",
