@@ -1129,6 +1129,19 @@ with source:
             cpu = time.process_time() - started
             best = cpu if best is None else min(best, cpu)
         out[name] = best
+    # wall seconds of the whole layer pipeline (fetch+blob hash, inflate, tar hash, walk: four
+    # threads) at two GIL switch intervals: a C stage needs the GIL back between calls, and
+    # a thread busy in Python (the walk) hands it over only after the interval
+    for interval in (0.005, 0.0001):
+        sys.setswitchinterval(interval)
+        best = None
+        for _ in range(int(sys.argv[2])):
+            started = time.perf_counter()
+            analyze(layer)
+            wall = time.perf_counter() - started
+            best = wall if best is None else min(best, wall)
+        out[f"wall_si_{interval}"] = best
+    sys.setswitchinterval(0.005)
 print(json.dumps(out))
 """
 
@@ -1157,6 +1170,7 @@ def stages(ref: str, repeat: int = 2, src: Path = ROOT / "src") -> dict[str, Any
         "tar sha256 (diff_id)": max(0.0, raw["inflate_hash"] - raw["inflate"]),
         "walk, analyzers, threads": max(0.0, raw["analyze"] - raw["inflate_hash"] - blob),
         "pinguard total": raw["analyze"],
+        "wall": {k.removeprefix("wall_si_"): v for k, v in raw.items() if k.startswith("wall_si_")},
     }
 
 
@@ -1167,9 +1181,17 @@ def print_stages(st: dict[str, Any]) -> None:
         f"one process, best of runs; x = / fetch + inflate):"
     )
     for name, cpu in st.items():
-        if name in {"layer", "size"}:
+        if name in {"layer", "size", "wall"}:
             continue
         print(f"  {name:<26}{cpu:>8.2f} cpu s{cpu / base:>7.2f}x")
+    walls = st.get("wall") or {}
+    if walls:
+        slowest = max(st["inflate"] + st["fetch"], st["tar sha256 (diff_id)"])
+        print(
+            "  the layer's four threads, wall s by GIL switch interval: "
+            + ", ".join(f"{float(k) * 1000:g} ms {v:.2f}" for k, v in walls.items())
+            + f" (slowest stage's CPU alone, fetch + inflate: {slowest:.2f})"
+        )
 
 
 # --- scaling, a verifying pull, a lazy read ----------------------------------------------------
