@@ -121,12 +121,14 @@ def load_layers(
     if lazy and todo:
         # a lazy read is a few rounds of requests and some CPU per layer (its TOC): several
         # layers go to worker processes, up to two per core, so one layer's CPU fills
-        # another's wait for the registry; one layer is read here; a layer that cannot be
-        # read lazily goes on to the full read below, its reason kept
+        # another's wait for the registry, and each layer read is handed to ``ready`` as a
+        # worker frees up (the parent replays the first layers while the last are read: a
+        # lazy analysis has nothing more to prove here); one layer is read here; a layer
+        # that cannot be read lazily goes on to the full read below, its reason kept
         if source.parallel_safe and len(todo) > 1 and jobs > 1:
             workers = min(2 * jobs, len(todo))
             done = analyze_in_pool(
-                source, todo, analyzers, workers, None, cache, options.limits, True
+                source, todo, analyzers, workers, None, cache, options.limits, True, ready
             )
         else:
             done = {
