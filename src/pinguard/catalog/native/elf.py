@@ -216,11 +216,12 @@ class ElfScanner:
         data = memoryview(chunk).cast("B")
         if not data:
             return
-        if self._elf is not False:  # a file that is not ELF has no facts, so no digest
-            self._hash.update(data)
         at = self._pos
         self._pos += len(data)
-        if self._take(at, data, at) and self._found is None and self._banners:
+        elf = self._take(at, data, at)  # learns from the first bytes whether it is ELF
+        if self._elf is not False:  # a file that is not ELF has no facts, so no digest
+            self._hash.update(data)
+        if elf and self._found is None and self._banners:
             self._scan(bytes(data))
 
     def gaps(self) -> list[tuple[int, int]]:
