@@ -15,8 +15,10 @@ start-up floor (Python starts, imports ``requests``, fetches the manifest and th
 the TOC floor (every layer's TOC fetched from where its manifest-position annotation places
 it, inflated and parsed as JSON, one process per core); it prints the unproven lazy audit
 against it and whether the issue's target, 10x under the floor, lies above it or below what
-any lazy reader can reach. The last release has no lazy read: ``--baseline REV`` adds its full audit
-(``git archive``, as ``audit_bench.py`` does) beside this checkout's, in the same run.
+any lazy reader can reach. ``--baseline REV`` runs the same three audits (full, lazy, lazy
+with ``--allow-unproven``) with REV's code (``git archive``, as ``audit_bench.py`` does) beside
+this checkout's, in the same run, and says whether each report is byte-identical to REV's (a
+release without a lazy read or without ``--allow-unproven`` gets ``not supported``).
 ``--smoke`` does the same on a small image built here
 (four distributions beside 256 MB of random bytes no analyzer reads, and a real shared
 object), for ``tests/test_lazy_bench_smoke.py``; ``--max-bytes`` and ``--max-floor-ratio``
@@ -42,7 +44,15 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import ROOT, _pythonpath, baseline_src, run_audit, start_floor
+from audit_bench import (
+    ROOT,
+    Run,
+    _pythonpath,
+    baseline_src,
+    report_differences,
+    run_audit,
+    start_floor,
+)
 
 REPO = "bench/lazy"
 TORCH = "localhost/pinguard-test/torch-real:2.14.1-v1"
@@ -273,6 +283,44 @@ def facts(report: Path) -> dict[str, Any]:
     return {k: _no_layers(doc.get(k)) for k in keys}
 
 
+#: The three audits each run measures (report file stem, extra options), this checkout's and,
+#: with ``--baseline``, the last release's.
+AUDITS: tuple[tuple[str, list[str]], ...] = (
+    ("full", []),
+    ("lazy", ["--layer-read", "lazy"]),
+    ("unproven", ["--layer-read", "lazy", "--allow-unproven"]),
+)
+
+
+def _last_rows(
+    last: tuple[str, dict[str, tuple[Run, list[str] | None] | None]] | None,
+    floor_s: float,
+    ours: dict[str, Run],
+) -> list[str]:
+    """The last release's audits beside the floor, each against this checkout's, and whether
+    each report is byte-identical to this checkout's."""
+    if last is None:
+        return []
+    commit, runs = last
+    rows = []
+    for name, got in runs.items():
+        label = f"{name} audit, last release {commit}"
+        if got is None:
+            rows.append(f"{label:<34}  not supported by that release")
+            continue
+        run, differs = got
+        rows.append(
+            f"{label:<34}{run.seconds:9.2f}{run.cpu:9.2f}{run.max_rss >> 20:>6} MiB"
+            f"{run.seconds / floor_s:9.2f}"
+        )
+        same = "byte-identical" if differs is None else f"DIFFERS in {', '.join(differs)}"
+        rows.append(
+            f"  {name}: this checkout / last release {ours[name].seconds / run.seconds:.3f}; "
+            f"report {same}"
+        )
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--image", default=TORCH, help="containers-storage image (default: torch)")
@@ -282,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--baseline",
         metavar="REV",
-        help="also run the full audit of REV (git archive; the last release has no lazy read)",
+        help="also run REV's full, lazy and unproven lazy audits (git archive) and compare reports",
     )
     ap.add_argument("--max-bytes", type=float, help="fail past this share of compressed bytes")
     ap.add_argument("--max-floor-ratio", type=float, help="fail past lazy wall / floor wall")
@@ -321,10 +369,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             layers_s = lazy_layers(ref)
             least = LazyFloor.measure(registry.address, manifest, ref, args.jobs, work)
-            last = None
+            last: tuple[str, dict[str, tuple[Run, list[str] | None] | None]] | None = None
             if args.baseline:
                 commit, src = baseline_src(args.workdir, args.baseline)
-                last = (commit, run_audit(ref, work / "last-cache", work / "last.json", src=src))
+                last = (commit, {})
+                for name, extra in AUDITS:
+                    try:
+                        run = run_audit(
+                            ref,
+                            work / f"last-{name}-cache",
+                            work / f"last-{name}.json",
+                            extra,
+                            src=src,
+                        )
+                    except RuntimeError:  # a release without that option: usage error
+                        last[1][name] = None
+                        continue
+                    differs = report_differences(work / f"{name}.json", work / f"last-{name}.json")
+                    last[1][name] = (run, differs)
             full_facts, unproven_facts = facts(work / "full.json"), facts(work / "unproven.json")
             # the unproven audit's verdict is 'unproven' where the proven one is 'pass'
             want = "unproven" if full_facts["verdict"] == "pass" else full_facts["verdict"]
@@ -358,16 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{unproven.max_rss >> 20:>6} MiB{unproven.seconds / floor_s:9.2f}",
         f"{'lazy layers (load_layers alone)':<34}{layers_s:9.2f}{'':>9}{'':>10}"
         f"{layers_s / floor_s:9.2f}",
-        *(
-            [
-                f"{'full audit, last release ' + last[0]:<34}{last[1].seconds:9.2f}"
-                f"{last[1].cpu:9.2f}{last[1].max_rss >> 20:>6} MiB"
-                f"{last[1].seconds / floor_s:9.2f}",
-                f"lazy/last release: {lazy.seconds / last[1].seconds:.3f}",
-            ]
-            if last
-            else []
-        ),
+        *(_last_rows(last, floor_s, {"full": full, "lazy": lazy, "unproven": unproven})),
         "the lazy audit's pass: "
         + ("confirmed by reading every layer in full" if confirmed else "not a pass, kept lazy"),
         f"layers read lazily (--allow-unproven): {lazy_count} of {len(reads)}",

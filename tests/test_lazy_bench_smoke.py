@@ -39,6 +39,8 @@ def test_lazy_bench_smoke(tmp_path: Path) -> None:
         str(MAX_BYTES),
         "--max-floor-ratio",
         str(MAX_FLOOR_RATIO),
+        "--baseline",
+        "HEAD~1",
         timeout=300,
     )
     for row in (
@@ -73,6 +75,10 @@ def test_lazy_bench_smoke(tmp_path: Path) -> None:
     assert float(ratio.group(1)) >= 1.0, stdout
     assert re.search(r"10x under the floor: [\d.]+ s, (above|below) the lazy floor", stdout)
     assert "findings identical: yes" in stdout, stdout
+    # the last release's three audits beside this checkout's, each report compared
+    for name in ("full", "lazy", "unproven"):
+        assert f"{name} audit, last release " in stdout, stdout
+    assert len(re.findall(r"report (byte-identical|DIFFERS in )", stdout)) == 3, stdout
     found = re.search(r"bytes fetched: (\d+) of (\d+) compressed", stdout)
     assert found is not None, stdout
     assert int(found.group(1)) <= MAX_BYTES * int(found.group(2)), stdout
