@@ -1063,14 +1063,18 @@ def torch_image(address: str, log: Any) -> Image:
     )
 
 
-def _cached_layers(cache_dir: Path) -> tuple[int, int]:
-    """(members, tar bytes) over the layer entries an audit wrote to ``cache_dir`` (``.entry``
-    files holding the analysis under "analysis"; a last release's ``.json`` files are the
-    analysis itself)."""
-    members = size = 0
+def _cached_analyses(cache_dir: Path) -> Iterator[dict[str, Any]]:
+    """The layer analyses an audit wrote to ``cache_dir`` (``.entry`` files hold the analysis
+    under "analysis"; a last release's ``.json`` files are the analysis itself)."""
     for entry in cache_dir.glob("sha256-*"):
         data = json.loads(entry.read_text())
-        data = data.get("analysis", data)
+        yield data.get("analysis", data)
+
+
+def _cached_layers(cache_dir: Path) -> tuple[int, int]:
+    """(members, tar bytes) over the layer analyses an audit wrote to ``cache_dir``."""
+    members = size = 0
+    for data in _cached_analyses(cache_dir):
         members += int(data.get("members", 0))
         size += int(data.get("size", 0))
     return members, size
@@ -1082,9 +1086,7 @@ def elf_bytes(cache_dir: Path) -> dict[str, int]:
     the native rules compare it with the wheel's RECORD, so an audit hashes these bytes a
     third time (after the blob and the tar). The report floor adds that hash."""
     out: dict[str, int] = {}
-    for entry in cache_dir.glob("sha256-*"):
-        data = json.loads(entry.read_text())
-        data = data.get("analysis", data)
+    for data in _cached_analyses(cache_dir):
         total = 0
         for value in data.get("streamed", {}).values():
             facts = value.get("native") if isinstance(value, dict) else None
@@ -1116,32 +1118,28 @@ def analyze(layer):
     analyze_stream(source.open_blob(layer), digest=layer.digest, size=layer.size,
                    select=analyzers.selector(), open_stream=analyzers.open_stream,
                    diff_id=layer.diff_id)
+def best(run, layer, clock):
+    times = []
+    for _ in range(int(sys.argv[2])):
+        started = clock()
+        run(layer)
+        times.append(clock() - started)
+    return min(times)
 with source:
     layer = max(source.resolve().layers, key=lambda layer: layer.size or 0)
     out = {"layer": layer.digest, "size": layer.size}
     for name, run in [("fetch", step(read_chunks, False)), ("fetch_hash", step(read_chunks, True)),
                       ("inflate", step(inflated_chunks, False)),
                       ("inflate_hash", step(inflated_chunks, True)), ("analyze", analyze)]:
-        best = None
-        for _ in range(int(sys.argv[2])):
-            started = time.process_time()
-            run(layer)
-            cpu = time.process_time() - started
-            best = cpu if best is None else min(best, cpu)
-        out[name] = best
+        out[name] = best(run, layer, time.process_time)
     # wall seconds of the whole layer pipeline (fetch+blob hash, inflate, tar hash, walk: four
     # threads) at two GIL switch intervals: a C stage needs the GIL back between calls, and
     # a thread busy in Python (the walk) hands it over only after the interval
+    default = sys.getswitchinterval()
     for interval in (0.005, 0.0001):
         sys.setswitchinterval(interval)
-        best = None
-        for _ in range(int(sys.argv[2])):
-            started = time.perf_counter()
-            analyze(layer)
-            wall = time.perf_counter() - started
-            best = wall if best is None else min(best, wall)
-        out[f"wall_si_{interval}"] = best
-    sys.setswitchinterval(0.005)
+        out[f"wall_si_{interval}"] = best(analyze, layer, time.perf_counter)
+    sys.setswitchinterval(default)
 print(json.dumps(out))
 """
 
@@ -1243,9 +1241,10 @@ def core_sweep(
                 cpus=cpus,
             )
             row["last_cold"] = asdict(last)
-            row["same_report"] = (run_dir / f"cores{n}.json").read_bytes() == (
-                run_dir / f"cores{n}-last.json"
-            ).read_bytes()
+            row["same_report"] = (
+                report_differences(run_dir / f"cores{n}.json", run_dir / f"cores{n}-last.json")
+                is None
+            )
         for cache in run_dir.glob(f"cores{n}*"):
             if cache.is_dir():
                 shutil.rmtree(cache)
