@@ -1,13 +1,24 @@
-"""The pool's worker set-up: what ``_init_worker`` gives each worker process."""
+"""The GIL switch interval of the threads reading a layer, in a pool worker and in the
+parent; and what else ``_init_worker`` gives each worker process."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
+import pytest
+
+from pinguard.audit.options import AuditOptions
+from pinguard.audit.pipeline import audit_image
 from pinguard.audit.workers import WORKER_SWITCH_INTERVAL, _init_worker
+from pinguard.errors import PinguardError
+from pinguard.sources.interface import LayerRef
+from tests.audit.test_progress import Recorder
+from tests.infra.registry import build_oci_layout
 
 
 def _settings() -> tuple[float, object]:
@@ -26,3 +37,40 @@ def test_a_worker_switches_threads_sooner_than_the_parent() -> None:
     assert parent > WORKER_SWITCH_INTERVAL
     assert sigint == signal.SIG_IGN
     assert sys.getswitchinterval() == parent
+
+
+class _Intervals(Recorder):
+    """A ``Progress`` that notes the GIL switch interval whenever bytes are reported (from
+    the thread reading the layer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: set[float] = set()
+
+    def advance(self, layer: LayerRef, nbytes: int) -> None:
+        self.intervals.add(sys.getswitchinterval())
+        super().advance(layer, nbytes)
+
+
+def test_a_layer_read_in_the_parent_switches_as_a_worker_does(tmp_path: Path) -> None:
+    """``--jobs 1`` reads the layers in this process (``analyze_in_turn``): while they are
+    read its threads switch every ``WORKER_SWITCH_INTERVAL``; the interval it had is back
+    after, and after a failed read too."""
+    layers = [{f"data/blob{i}": os.urandom(3 << 20)} for i in range(2)]
+    layout = build_oci_layout(tmp_path / "layout", tag="t", layers=layers)
+    before = sys.getswitchinterval()
+    progress = _Intervals()
+    result = audit_image(layout.source, options=AuditOptions(jobs=1), progress=progress)
+    assert len(result.steps) == 2
+    assert progress.intervals
+    assert all(abs(i - WORKER_SWITCH_INTERVAL) < 1e-6 for i in progress.intervals)
+    assert sys.getswitchinterval() == before
+
+    # a layer blob of the same size whose bytes are not its digest's: the read fails
+    blob = max((layout.path / "blobs" / "sha256").glob("*"), key=lambda p: p.stat().st_size)
+    blob.write_bytes(os.urandom(blob.stat().st_size))
+    failed = _Intervals()
+    with pytest.raises(PinguardError, match="layer sha256:"):
+        audit_image(layout.source, options=AuditOptions(jobs=1), progress=failed)
+    assert failed.intervals  # the failure came while the layer was read
+    assert sys.getswitchinterval() == before

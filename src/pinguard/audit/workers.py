@@ -9,11 +9,12 @@ object the pool's initializer makes in it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from pinguard.cache.interface import LayerStore
@@ -151,8 +152,22 @@ _WORKER: _WorkerProcess | None = None
 #: is about as long as the call (a 4 MiB inflate, a 1 MiB hash), so with a core to spare the
 #: stages run nearly in turn. One 533 MB dense layer with two cores to itself (the case of a
 #: worker on a 16-core machine): 1.05-1.17 s at 5 ms, 0.91-1.00 s at 0.2 ms, the same CPU
-#: (``benchmarks/audit_bench.py --stages``). With every core busy it changes nothing.
+#: (``benchmarks/audit_bench.py --stages``). With every core busy it changes nothing. Layers
+#: analysed in the parent (``analyze_in_turn``) switch as often while they are read.
 WORKER_SWITCH_INTERVAL = 0.0002
+
+
+@contextlib.contextmanager
+def _switching_sooner() -> Iterator[None]:
+    """``WORKER_SWITCH_INTERVAL`` while the block runs, for layers analysed in this process
+    (``analyze_in_turn``: one layer to read, a source that cannot be shared, ``--jobs 1``);
+    the interval found is restored after."""
+    found = sys.getswitchinterval()
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(found)
 
 
 def _init_worker(queue: Any) -> None:
@@ -324,19 +339,21 @@ def analyze_in_turn(
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, LayerAnalysis]:
     """Each layer in turn from the source's own blob iterator, cached as soon as it is
-    analysed (an audit waiting for it need not wait for the rest)."""
+    analysed (an audit waiting for it need not wait for the rest), its threads switching
+    as a pool worker's do."""
     out: dict[str, LayerAnalysis] = {}
     wanted = {layer.digest for layer in todo}
-    for layer, stream in source.iter_blobs(todo):
-        tick: Callable[[int], None] | None = None
-        if progress is not None:
-            tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
-        label = (labels or {}).get(layer.digest, "")
-        out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits, label)
-        if cache is not None:
-            cache.put(out[layer.digest])
-        if progress is not None:
-            progress.done(layer)
+    with _switching_sooner():
+        for layer, stream in source.iter_blobs(todo):
+            tick: Callable[[int], None] | None = None
+            if progress is not None:
+                tick = lambda n, layer=layer: progress.advance(layer, n)  # noqa: E731
+            label = (labels or {}).get(layer.digest, "")
+            out[layer.digest] = _analyze_blob(stream, layer, analyzers, tick, limits, label)
+            if cache is not None:
+                cache.put(out[layer.digest])
+            if progress is not None:
+                progress.done(layer)
     missing = wanted - set(out)
     if missing:
         raise SourceError(
