@@ -9,7 +9,6 @@ this write created are removed, and an existing file at the path is left as it w
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from pinguard.errors import OutputError
@@ -43,6 +42,8 @@ def _remove(created: list[Path]) -> None:
 def atomic_write(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory, creating
     the directory (and its parents) when missing."""
+    import tempfile  # here: a report written to stdout needs none
+
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     created: list[Path] = []

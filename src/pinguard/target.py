@@ -16,6 +16,7 @@ other values nor ``packaging``, which is loaded when markers or requirements are
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -92,9 +93,12 @@ def platform_machine(platform: Platform) -> str:
 
 def host_platform() -> Platform:
     """linux and this machine's architecture, in OCI terms, as docker and skopeo choose it."""
-    import platform as _platform  # here: a platform read from the image needs no uname
+    if hasattr(os, "uname"):  # what platform.machine() reads on POSIX, without importing it
+        machine = os.uname().machine.lower()
+    else:  # pragma: no cover - Windows
+        import platform as _platform
 
-    machine = _platform.machine().lower()
+        machine = _platform.machine().lower()
     return Platform(
         os="linux",
         architecture=normalize_arch(machine),

@@ -233,3 +233,20 @@ def entry_digest_of(data: dict[str, object]) -> str:
     """sha256 over the canonical JSON, computed here independently of the module."""
     body = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def test_the_disk_scan_reads_what_importlib_resources_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A package on disk is read with ``os.scandir`` (no ``importlib.resources``, which
+    imports ``zipfile``, on a warm audit's path); inside a zipapp through
+    ``importlib.resources``: the same names, order and bytes either way, so the same keys."""
+    from pinguard.cache import key
+
+    on_disk = key._walk("pinguard", None)
+    modules = key._walk("pinguard", (".py", ".pyc"))
+    assert key._directory("pinguard") == str(PACKAGE)
+    monkeypatch.setattr(key, "_directory", lambda package: None)
+    assert key._walk("pinguard", None) == on_disk
+    assert key._walk("pinguard", (".py", ".pyc")) == modules
+    assert len(on_disk) > len(modules) > 100

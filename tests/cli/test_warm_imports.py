@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from pinguard.testing.demo import build_demo
+from tests.infra.registry import build_oci_layout
 
 #: Modules a warm JSON audit must not import: rich (table and progress bars), the worker
 #: pool, the renderers of the formats not asked for, and what only reading a layer needs.
@@ -116,3 +117,29 @@ def test_the_table_format_still_imports_its_renderer(tmp_path: Path) -> None:
     _, modules = _audit(f"oci-archive:{archive}:t", tmp_path / "cache", "table")
     assert {"rich", "pinguard.report.table"} <= modules
     assert "pinguard.report.sarif" not in modules
+
+
+#: Nor, for an ``oci:`` layout on disk, what only other sources or writing need: the tar
+#: reader (an archive's), ``zipfile`` (``importlib.resources``, for a package inside a
+#: zipapp), ``tempfile`` (writing an entry or an output file) and ``platform`` (``uname``).
+NOT_WARM_LAYOUT = (
+    *NOT_WARM_RESULT,
+    "tarfile",
+    "zipfile",
+    "importlib.resources",
+    "tempfile",
+    "platform",
+)
+
+
+def test_a_warm_json_audit_of_a_layout_imports_no_tar_reader_nor_zipfile(tmp_path: Path) -> None:
+    layout = build_oci_layout(
+        tmp_path / "layout", tag="t", layers=[{"etc/os-release": b"ID=debian\n"}]
+    )
+    cache = tmp_path / "cache"
+    cold_code, _ = _audit(layout.source, cache, "json")
+    assert list(cache.glob("result-*.json")), "the cold audit wrote no result entry"
+    warm_code, warm = _audit(layout.source, cache, "json")
+    assert warm_code == cold_code
+    assert "pinguard.cli.warm" in warm
+    assert _imported(warm, NOT_WARM_LAYOUT) == []

@@ -18,8 +18,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,6 +125,9 @@ def write_sealed(path: Path, data: dict[str, Any]) -> None:
 
 
 def _write_sealed(path: Path, data: dict[str, Any]) -> None:
+    import shutil  # here: a warm audit reads an entry and writes none
+    import tempfile
+
     directory = path.parent
     h = hashlib.sha256()
     with tempfile.TemporaryFile(dir=directory) as body:

@@ -12,8 +12,9 @@ working directory, the command line and the resolved image). ``source_digest`` h
 module's source (every module of a package), so a change to the code invalidates its entries
 without anyone remembering a version bump; ``package_digest`` hashes every file of a
 package, data included (built-in policies, schemas, templates). Both read through
-``importlib.resources``, so they work on a package on disk and inside a zipapp alike (the
-in-build guard runs from ``pinguard.pyz``). Nothing here imports another pinguard module (the
+``os.scandir`` when the package is a directory on disk and through ``importlib.resources``
+when it is not, so they work inside a zipapp too (the in-build guard runs from
+``pinguard.pyz``). Nothing here imports another pinguard module (the
 types below are for the checker only), so a warm audit makes its key without the pipeline.
 """
 
@@ -25,7 +26,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from importlib import import_module, resources
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -72,10 +73,13 @@ def _walk(package: str, keep: tuple[str, ...] | None) -> list[tuple[str, bytes]]
     """(name, bytes) of every file below ``package`` whose name ends in one of ``keep``
     (None: every file), sorted by path; ``__pycache__`` is never entered."""
     out: list[tuple[str, bytes]] = []
-    root = resources.files(package)
-    if isinstance(root, Path):  # on disk (most installs): os.scandir, 4x less time than below
-        _scan(str(root), f"{package}/", keep, out)
+    on_disk = _directory(package)
+    if on_disk is not None:  # most installs: os.scandir, 4x less time than below
+        _scan(on_disk, f"{package}/", keep, out)
         return out
+    from importlib import resources  # here: it imports zipfile, which a disk install skips
+
+    root = resources.files(package)
 
     def walk(node: Traversable, prefix: str) -> None:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
@@ -87,6 +91,16 @@ def _walk(package: str, keep: tuple[str, ...] | None) -> list[tuple[str, bytes]]
 
     walk(root, "")
     return out
+
+
+def _directory(package: str) -> str | None:
+    """The directory on disk that holds the imported package ``package`` (what
+    ``importlib.resources.files`` gives as a ``Path``), or None (inside a zipapp, say)."""
+    module = import_module(package)
+    paths = list(getattr(module, "__path__", None) or ())
+    if len(paths) == 1 and os.path.isdir(paths[0]):
+        return str(paths[0])
+    return None
 
 
 def _scan(

@@ -22,7 +22,6 @@ from pinguard.digest import Digest
 from pinguard.errors import ImageNotFound, InvalidReference, SourceError
 from pinguard.sources import manifest as mf
 from pinguard.sources.interface import ImageSource, LayerRef, ResolvedImage, SourceOptions
-from pinguard.sources.tarindex import TarIndex
 from pinguard.target import Platform, host_platform, platform_matches
 
 _MAX_DEPTH = 4
@@ -258,6 +257,8 @@ class OCIArchiveSource(_LayoutSource):
     transport = "oci-archive"
 
     def __init__(self, ref: str, options: SourceOptions | None = None) -> None:
+        from pinguard.sources.tarindex import TarIndex  # here: a layout needs no tarfile
+
         super().__init__(ref, options)
         self.index = TarIndex(self.path, self.reference)
         if self.index.find("index.json") is None:
