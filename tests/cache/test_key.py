@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -250,3 +251,25 @@ def test_the_disk_scan_reads_what_importlib_resources_reads(
     assert key._walk("pinguard", None) == on_disk
     assert key._walk("pinguard", (".py", ".pyc")) == modules
     assert len(on_disk) > len(modules) > 100
+
+
+_ENV_READ = re.compile(
+    r"""(?:environ\.get\(|environ\[|getenv\(|_ENV\s*=\s*)["']([A-Z][A-Z0-9_]*)["']"""
+    r"""|["']([A-Z][A-Z0-9_]*)["']\s+in\s+os\.environ"""
+)
+
+
+def test_the_quick_key_covers_every_environment_variable_the_source_reads() -> None:
+    """The quick key stands for the parsed command line, so it holds every variable that
+    pinguard reads: named in ``READ_ENVIRONMENT``, or of a prefix it reads by prefix."""
+    from pinguard.cache.key import READ_ENVIRONMENT, READ_ENVIRONMENT_PREFIXES
+
+    read: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for found in _ENV_READ.finditer(path.read_text()):
+            read.add(found.group(1) or found.group(2))
+    assert {"DOCKER_CONFIG", "XDG_DATA_HOME", "PINGUARD_CACHE_PASSWORD"} <= read  # it finds them
+    missing = sorted(
+        n for n in read if n not in READ_ENVIRONMENT and not n.startswith(READ_ENVIRONMENT_PREFIXES)
+    )
+    assert missing == []

@@ -119,11 +119,17 @@ def test_the_table_format_still_imports_its_renderer(tmp_path: Path) -> None:
     assert "pinguard.report.sarif" not in modules
 
 
-#: Nor, for an ``oci:`` layout on disk, what only other sources or writing need: the tar
-#: reader (an archive's), ``zipfile`` (``importlib.resources``, for a package inside a
-#: zipapp), ``tempfile`` (writing an entry or an output file) and ``platform`` (``uname``).
+#: Nor, for an ``oci:`` layout on disk, answered before parsing (``warm.answer``): the
+#: parser, the sources (the files it was resolved from are checked by digest instead),
+#: ``dataclasses`` and ``typing``, the tar reader, ``zipfile`` (``importlib.resources``, for
+#: a package inside a zipapp), ``tempfile`` (writing an entry or an output file) and
+#: ``platform`` (``uname``).
 NOT_WARM_LAYOUT = (
     *NOT_WARM_RESULT,
+    "argparse",
+    "pinguard.sources",
+    "dataclasses",
+    "typing",
     "tarfile",
     "zipfile",
     "importlib.resources",

@@ -126,9 +126,18 @@ def test_an_altered_entry_is_a_miss(
     cold = _run(capsys, *argv)
     (entry,) = _results(cache)
     data = entry.read_bytes()
-    entry.write_bytes(data.replace(b"nvidia-nccl-cu13", b"nvidia-nccl-cu99", 1))
+    altered = data.replace(b'"exit":1', b'"exit":0', 1)  # a pass, where it failed
+    assert altered != data
+    entry.write_bytes(altered)
     assert _run(capsys, *argv) == cold  # the seal fails: audited again (from the replay)
     assert entry.read_bytes() == data  # ... and the entry written again
+    report = entry.with_suffix(".bin")  # the report beside it, which the entry names
+    kept = report.read_bytes()
+    forged = kept.replace(b"nvidia-nccl-cu13", b"nvidia-nccl-cu99", 1)
+    assert forged != kept
+    report.write_bytes(forged)
+    assert _run(capsys, *argv) == cold  # not the report the entry names: audited again
+    assert report.read_bytes() == kept
 
 
 def test_commands_the_entry_cannot_answer_write_none(
@@ -170,7 +179,6 @@ def test_the_window_is_where_no_waiver_changes_state(tmp_path: Path) -> None:
     digest = policy.source.files[0][1]
     entry = {
         "format": RESULT_FORMAT,
-        "report": "r",
         "exit": 0,
         "policy": [[str(path), digest]],
         "valid": list(warm._window(policy, today)),

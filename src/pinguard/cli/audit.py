@@ -13,8 +13,8 @@ from pinguard.cli.common import (
     exit_code,
     judge,
     run_audit,
-    write_output,
 )
+from pinguard.cli.output import emit, what_report
 from pinguard.errors import PinguardError
 
 if TYPE_CHECKING:
@@ -154,7 +154,4 @@ def _report(
 
 def _emit(args: argparse.Namespace, text: str) -> None:
     """The report on stdout, or written to ``-o``."""
-    if args.output:
-        write_output(args.output, text, f"the {args.format} report")
-    else:
-        sys.stdout.write(text)
+    emit(text, args.output, what_report(args.format))

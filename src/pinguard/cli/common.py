@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from pinguard.cache.entry import default_cache_dir
 from pinguard.cache.interface import LOCK_TTL, LOCK_WAIT
 from pinguard.errors import IncompleteAudit, UsageError
-from pinguard.fileio import atomic_write
 from pinguard.layers.limits import LayerLimits
 
 if TYPE_CHECKING:
@@ -498,14 +497,6 @@ def exit_code(result: AuditResult, args: argparse.Namespace) -> int:
     """0 for a pass, and for an unproven one that ``--allow-unproven`` accepts; else 1."""
     verdict = _verdict(result, args, getattr(args, "allow_unproven", False))
     return 0 if verdict in ("pass", "unproven") else 1
-
-
-def write_output(path: str, text: str, what: str) -> None:
-    """Write ``text`` atomically to ``-o PATH`` and say so on stderr (stdout stays free for
-    a pipe): ``wrote the json report (12345 bytes) to PATH``."""
-    atomic_write(path, text)
-    size = len(text.encode("utf-8"))
-    print(f"wrote {what} ({size} bytes) to {path}", file=sys.stderr)
 
 
 def stdout_console() -> Console:

@@ -28,8 +28,8 @@ from pinguard.cli.common import (
     judge,
     parse_platform,
     run_audit,
-    write_output,
 )
+from pinguard.cli.output import write_output
 from pinguard.errors import UsageError
 from pinguard.models import Platform
 from pinguard.policy.load import load_run_policy

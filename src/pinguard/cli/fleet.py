@@ -24,7 +24,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pinguard.cli.common import FAIL_ON, write_output
+from pinguard.cli.common import FAIL_ON
+from pinguard.cli.output import write_output
 from pinguard.fleet.summary import DEFAULT_PACKAGES
 from pinguard.report.formats import FLEET_FORMAT_NAMES
 

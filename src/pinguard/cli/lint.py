@@ -23,8 +23,8 @@ from pinguard.cli.common import (
     add_build_arg_option,
     add_policy_options,
     build_args,
-    write_output,
 )
+from pinguard.cli.output import write_output
 from pinguard.errors import EXIT_FINDINGS, EXIT_PASS, EXIT_USAGE, UsageError
 from pinguard.report.formats import LINT_FORMATS
 

@@ -27,8 +27,8 @@ from pinguard.cli.common import (
     exit_code,
     judge,
     parse_platform,
-    write_output,
 )
+from pinguard.cli.output import write_output
 from pinguard.errors import EXIT_IMAGE
 from pinguard.models import AuditResult, Platform
 from pinguard.report.formats import FORMATS, require_writer

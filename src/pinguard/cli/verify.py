@@ -23,7 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-from pinguard.cli.common import FAIL_ON, source_options, write_output
+from pinguard.cli.common import FAIL_ON, source_options
+from pinguard.cli.output import write_output
 from pinguard.errors import EXIT_FINDINGS, EXIT_IMAGE, EXIT_PASS, UsageError
 from pinguard.report.formats import VERIFY_FORMATS
 

@@ -17,56 +17,110 @@ resolved, and ``Lookup.keep`` stores what it rendered. No entry is read or kept 
 read (a pass is confirmed by a full read), with a shared cache (its notes are this run's),
 with ``--no-cache``, for a ``dir:`` root filesystem (its digest does not address its
 content) or for the table drawn on stdout (a terminal's width and colours are its own).
+
+``answer`` is the same hit for an image resolved from local files alone (an ``oci:``
+layout), taken before the command line is even parsed: ``Lookup.keep`` also stores a
+``quick`` entry under ``pinguard.cache.key.quick_key`` of the command line as given, naming
+the result entry and the files the image was resolved from (and the Dockerfile read) with
+their digests. ``answer`` finds it, re-reads those files, and writes the result entry's report
+when every digest is the same and the result entry holds as above: the same bytes as the
+``lookup`` hit, without argparse, the source modules or a resolve. Anything else, from a
+missing entry to a file that changed, leaves the command to ``main``.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
-from dataclasses import dataclass
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from pinguard.cache.entry import EntryDir, default_cache_dir
-from pinguard.cache.key import RESULT_FORMAT, result_key
+from pinguard.cache.key import QUICK_FORMAT, RESULT_FORMAT, quick_key, result_key
+from pinguard.cli.output import emit, what_report
 
+# ``typing.TYPE_CHECKING`` without importing typing (2 ms of a warm audit): mypy reads the name
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    import datetime as _dt
+    from collections.abc import Sequence
+    from typing import Any
 
     from pinguard.policy.model import Policy
     from pinguard.sources.interface import ImageSource, ResolvedImage
 
 KIND = "result"
+QUICK = "quick"
 
 
-@dataclass
 class Lookup:
     """What ``lookup`` found: on a hit the report and its exit code; on a miss the source it
     opened and resolved (None when the command cannot be answered from the cache), for the
-    audit to go on with, and where ``keep`` stores the result."""
+    audit to go on with, and where ``keep`` stores the result (and, when the image was
+    resolved from local files alone, the quick entry of the command line: ``quick`` its
+    key, ``inputs`` the files with their digests)."""
 
-    report: str | None = None
-    code: int = 0
-    source: ImageSource | None = None
-    resolved: ResolvedImage | None = None
-    entries: EntryDir | None = None
-    key: str = ""
+    __slots__ = (
+        "code",
+        "emit",
+        "entries",
+        "inputs",
+        "key",
+        "quick",
+        "report",
+        "resolved",
+        "source",
+    )
+
+    def __init__(
+        self,
+        report: str | None = None,
+        code: int = 0,
+        source: ImageSource | None = None,
+        resolved: ResolvedImage | None = None,
+        entries: EntryDir | None = None,
+        key: str = "",
+        quick: str = "",
+        inputs: tuple[tuple[str, str], ...] = (),
+        emit: tuple[str | None, str] = (None, ""),
+    ) -> None:
+        self.report = report
+        self.code = code
+        self.source = source
+        self.resolved = resolved
+        self.entries = entries
+        self.key = key
+        self.quick = quick
+        self.inputs = inputs
+        self.emit = emit
 
     def keep(self, report: str, code: int, policy: Policy, today: _dt.date) -> None:
-        """Store the report a miss rendered, judged by ``policy`` on ``today``."""
+        """Store the report a miss rendered, judged by ``policy`` on ``today`` (then the
+        quick entry that names it)."""
         if self.entries is None:
             return
         self.entries.put(
             self.key,
             {
                 "format": RESULT_FORMAT,
-                "report": report,
                 "exit": code,
                 "policy": [list(pair) for pair in policy.source.files],
                 "valid": list(_window(policy, today)),
             },
+            attachment=report.encode("utf-8"),
         )
+        if self.quick:
+            EntryDir(self.entries.directory, QUICK).put(
+                self.quick,
+                {
+                    "format": QUICK_FORMAT,
+                    "result": self.key,
+                    "inputs": [list(pair) for pair in self.inputs],
+                    "output": self.emit[0],
+                    "what": self.emit[1],
+                },
+            )
 
 
 def cacheable(args: argparse.Namespace) -> bool:
@@ -96,20 +150,127 @@ def lookup(args: argparse.Namespace) -> Lookup:
         raise
     if any(layer.tree is not None for layer in resolved.layers):
         return Lookup(source=source, resolved=resolved)  # a directory: its digest says nothing
+    import datetime as _dt
+
     entries = EntryDir(args.cache_dir or default_cache_dir(), KIND)
     key = _key(args, resolved)
-    found = entries.get(key)
-    if found is not None and _holds(found, _dt.date.today()):
+    found = _result(entries, key, _dt.date.today())
+    if found is not None:
         source.close()
-        return Lookup(report=found["report"], code=found["exit"])
-    return Lookup(source=source, resolved=resolved, entries=entries, key=key)
+        return Lookup(report=found[0], code=found[1])
+    quick, inputs = _quick(args, source)
+    return Lookup(
+        source=source,
+        resolved=resolved,
+        entries=entries,
+        key=key,
+        quick=quick,
+        inputs=inputs,
+        emit=(args.output, what_report(args.format)),
+    )
+
+
+def _quick(
+    args: argparse.Namespace, source: ImageSource
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The quick key of the command line ``main`` parsed into ``args``, and the files the
+    image and the Dockerfile were read from, with their digests; ("", ()) when the image was
+    not resolved from local files alone."""
+    read = source.resolution_inputs()
+    argv = getattr(args, "argv", None)
+    if read is None or argv is None:
+        return "", ()
+    inputs = list(read)
+    if args.dockerfile:
+        inputs.append((os.path.abspath(args.dockerfile), _file_digest(args.dockerfile)))
+    return quick_key(argv, policy=_discovered_inputs()), tuple(inputs)
+
+
+def answer(argv: Sequence[str]) -> int | None:
+    """Answer ``pinguard`` + ``argv`` from its quick entry: the stored report written where
+    and as the parsed command line wrote it, and its exit code; None when the entry, a file
+    it names or its result entry is missing or changed, or cannot be read (``main`` then
+    parses and runs the command). Only writing the report can fail here, as it fails there."""
+    try:
+        hit = _quick_hit(argv)
+    except Exception:  # whatever went wrong, the full command decides
+        return None
+    if hit is None:
+        return None
+    report, output, what, code = hit
+    emit(report, output, what)
+    return code
+
+
+def _quick_hit(argv: Sequence[str]) -> tuple[str, str | None, str, int] | None:
+    """The report, where and as what to write it, and the exit code, when ``argv``'s quick
+    entry, the digests of the files it names and its result entry all hold."""
+    import time
+
+    entries = _cache_dir(argv)
+    if entries is None:
+        return None
+    quick = EntryDir(entries, QUICK).get(quick_key(argv, policy=_discovered_inputs()))
+    if quick is None or quick.get("format") != QUICK_FORMAT:
+        return None
+    output, what, inputs = quick["output"], quick["what"], quick["inputs"]
+    if not (output is None or isinstance(output, str)) or not isinstance(what, str):
+        return None
+    for path, digest in inputs:
+        if _file_digest(path) != digest:
+            return None
+    found = _result(EntryDir(entries, KIND), quick["result"], time.strftime("%Y-%m-%d"))
+    if found is None:
+        return None
+    return found[0], output, what, found[1]
+
+
+def _result(entries: EntryDir, key: str, today: _dt.date | str) -> tuple[str, int] | None:
+    """The report and exit code of the result entry ``key``, when it holds ``today``
+    (``_holds``) and its report is the one it names."""
+    found = entries.get(key)
+    if found is None or not _holds(found, today):
+        return None
+    report = entries.attached(key, found)
+    if report is None:
+        return None
+    code: int = found["exit"]
+    return report.decode("utf-8"), code
+
+
+def _cache_dir(argv: Sequence[str]) -> Path | None:
+    """The cache directory ``argv`` names (``--cache-dir D``), or the default one; None for
+    ``--no-cache``. Read without the parser: a command line it reads otherwise than argparse
+    does finds no quick entry of its own key there, and ``main`` runs it."""
+    if "--no-cache" in argv:
+        return None
+    given = _option(argv, "--cache-dir")
+    return Path(given) if given else default_cache_dir()
+
+
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of the last ``--name V`` or ``--name=V`` in ``argv``."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1 :]
+    return value
+
+
+def _discovered_inputs() -> str:
+    """What policy discovery reads from the working directory up (both keys name it)."""
+    from pinguard.policy.discovery import discovery_inputs
+
+    return json.dumps(discovery_inputs())
 
 
 def _key(args: argparse.Namespace, resolved: ResolvedImage) -> str:
     """``result_key`` of this command line: its options, what policy discovery reads and the
     Dockerfile's digest."""
     return result_key(
-        {k: v for k, v in sorted(vars(args).items()) if k != "func"},
+        {k: v for k, v in sorted(vars(args).items()) if k not in ("func", "argv")},
         resolved,
         policy=_discovered(args),
         dockerfile=_file_digest(args.dockerfile) if args.dockerfile else "",
@@ -119,11 +280,7 @@ def _key(args: argparse.Namespace, resolved: ResolvedImage) -> str:
 def _discovered(args: argparse.Namespace) -> str:
     """What policy discovery reads, when no ``--policy`` is given (the file it finds is then
     checked by digest on a hit, as every policy file is)."""
-    if args.policy:
-        return ""
-    from pinguard.policy.discovery import discovery_inputs
-
-    return json.dumps(discovery_inputs())
+    return "" if args.policy else _discovered_inputs()
 
 
 def _file_digest(path: str) -> str:
@@ -136,6 +293,8 @@ def _file_digest(path: str) -> str:
 def _window(policy: Policy, today: _dt.date) -> tuple[str, str]:
     """The dates (ISO, inclusive; "" for unbounded) around ``today`` in which every waiver of
     ``policy`` that has expired stays expired and every other stays in force."""
+    import datetime as _dt
+
     expired = [w.expires for w in policy.waivers if w.expired(today)]
     active = [w.expires for w in policy.waivers if not w.expired(today)]
     lo = (max(expired) + _dt.timedelta(days=1)).isoformat() if expired else ""
@@ -143,17 +302,17 @@ def _window(policy: Policy, today: _dt.date) -> tuple[str, str]:
     return lo, hi
 
 
-def _holds(entry: dict[str, Any], today: _dt.date) -> bool:
-    """Whether a stored result still answers: its format, today inside its window, and every
-    policy file it was judged by unchanged (a built-in inside a zipapp is the package's own,
-    covered by the key)."""
+def _holds(entry: dict[str, Any], today: _dt.date | str) -> bool:
+    """Whether a stored result still answers: its format, today (a date, or its ISO form)
+    inside its window, and every policy file it was judged by unchanged (a built-in inside a
+    zipapp is the package's own, covered by the key)."""
     try:
         if entry.get("format") != RESULT_FORMAT:
             return False
-        if not isinstance(entry["report"], str) or type(entry["exit"]) is not int:
+        if type(entry["exit"]) is not int:
             return False
         lo, hi = entry["valid"]
-        day = today.isoformat()
+        day = today if isinstance(today, str) else today.isoformat()
         if (lo and day < lo) or (hi and day > hi):
             return False
         for file, digest in entry["policy"]:

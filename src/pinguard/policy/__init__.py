@@ -12,9 +12,12 @@ so importing one module of this package (``discover`` for a warm audit) loads no
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
 
+# ``typing.TYPE_CHECKING`` without importing typing (2 ms of a warm audit): mypy reads the name
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from pinguard.policy.discovery import discover
     from pinguard.policy.engine import evaluate, sort_key, worst
     from pinguard.policy.load import (

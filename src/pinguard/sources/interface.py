@@ -91,6 +91,14 @@ class ImageSource(abc.ABC):
         transport cannot read parts of a blob (the layer is then streamed whole)."""
         return None
 
+    def resolution_inputs(self) -> tuple[tuple[str, str], ...] | None:
+        """What ``resolve`` read, when that was only local files: each file's absolute path
+        and the sha256 of the bytes read, so that the same bytes there again resolve the same
+        image (``cli/warm.py``'s quick answer checks them instead of resolving). None (the
+        default): it read something that cannot be checked so (a registry, a daemon, an
+        archive read through its tar index)."""
+        return None
+
     def platforms(self) -> tuple[Platform, ...]:
         """Every platform the reference offers (an index lists several); the default
         resolves the one image and returns its platform, if known."""

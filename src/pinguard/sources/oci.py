@@ -13,6 +13,8 @@ layer blobs are returned raw, for the caller to verify while they stream.
 from __future__ import annotations
 
 import abc
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -219,6 +221,7 @@ class OCILayoutSource(_LayoutSource):
 
     def __init__(self, ref: str, options: SourceOptions | None = None) -> None:
         super().__init__(ref, options)
+        self._read: dict[str, str] = {}  # absolute path -> sha256 of the bytes read whole
         if not self.path.is_dir():
             raise ImageNotFound(f"{self.reference}: {str(self.path)!r} is not a directory")
         if not (self.path / "index.json").is_file():
@@ -236,7 +239,14 @@ class OCILayoutSource(_LayoutSource):
         path = self._file(relpath)
         if path.stat().st_size > limit:
             raise SourceError(f"{self.reference}: {relpath!r} is too large to be metadata")
-        return path.read_bytes()
+        data = path.read_bytes()
+        self._read[os.path.abspath(path)] = "sha256:" + hashlib.sha256(data).hexdigest()
+        return data
+
+    def resolution_inputs(self) -> tuple[tuple[str, str], ...]:
+        """The layout's files ``resolve`` read (``oci-layout``, ``index.json``, the index,
+        manifest and config blobs), with the sha256 of what was read."""
+        return tuple(sorted(self._read.items()))
 
     def _open_file(self, relpath: str) -> BinaryIO:
         return open(self._file(relpath), "rb")
