@@ -148,5 +148,11 @@ class WrappedSource(ImageSource):
     def read_ranges(self, layer: LayerRef, ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
         return self.inner.read_ranges(layer, ranges)
 
+    def resolution_inputs(self) -> tuple[tuple[str, str], ...] | None:
+        """None, whatever the inner source read: a wrapper may resolve otherwise than the
+        source it wraps (a bare reference's note, a predicted image), so the files it read
+        do not stand for this resolve."""
+        return None
+
     def close(self) -> None:
         self.inner.close()
