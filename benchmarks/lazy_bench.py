@@ -356,17 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor_s, floor_cpu = floor(registry.address, manifest, args.jobs)
         with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
             work = Path(tmp)
-            full = run_audit(ref, work / "full-cache", work / "full.json")
-            lazy = run_audit(ref, work / "lazy-cache", work / "lazy.json", ["--layer-read", "lazy"])
             # a pass on layers read lazily is confirmed by reading them in full (issue 30.1);
             # --allow-unproven takes the lazy read's word: the only lazy audit that can be
             # under the floor, and the one whose reads the report lists
-            unproven = run_audit(
-                ref,
-                work / "unproven-cache",
-                work / "unproven.json",
-                ["--layer-read", "lazy", "--allow-unproven"],
-            )
+            ours = {
+                name: run_audit(ref, work / f"{name}-cache", work / f"{name}.json", extra)
+                for name, extra in AUDITS
+            }
+            full, lazy, unproven = ours["full"], ours["lazy"], ours["unproven"]
             layers_s = lazy_layers(ref)
             least = LazyFloor.measure(registry.address, manifest, ref, args.jobs, work)
             last: tuple[str, dict[str, tuple[Run, list[str] | None] | None]] | None = None
@@ -420,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{unproven.max_rss >> 20:>6} MiB{unproven.seconds / floor_s:9.2f}",
         f"{'lazy layers (load_layers alone)':<34}{layers_s:9.2f}{'':>9}{'':>10}"
         f"{layers_s / floor_s:9.2f}",
-        *(_last_rows(last, floor_s, {"full": full, "lazy": lazy, "unproven": unproven})),
+        *(_last_rows(last, floor_s, ours)),
         "the lazy audit's pass: "
         + ("confirmed by reading every layer in full" if confirmed else "not a pass, kept lazy"),
         f"layers read lazily (--allow-unproven): {lazy_count} of {len(reads)}",

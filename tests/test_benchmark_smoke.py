@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.infra.bench import run_benchmark
+from tests.infra.cli import cli_streams
 from tests.infra.paths import REPO
 from tests.infra.tools import require_tool
 
@@ -129,24 +128,9 @@ def test_report_floor_hashes_the_shared_objects_an_audit_read(tmp_path: Path) ->
     image = writer.image([layer], [{"created_by": "RUN pip install foo"}])
     writer.write_layout(writer.index([image], tag="v1")[0])
     cache = tmp_path / "cache"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pinguard",
-            "audit",
-            f"oci:{tmp_path / 'layout'}:v1",
-            "--cache-dir",
-            str(cache),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
-    assert proc.returncode in (0, 1), proc.stderr  # judged (no lock file: a finding), not broken
+    ref = f"oci:{tmp_path / 'layout'}:v1"
+    code, _out, err = cli_streams("audit", ref, "--cache-dir", str(cache), "--format", "json")
+    assert code in (0, 1), err  # judged (no lock file: a finding), not broken
     digest = layer[0].digest
     assert bench.elf_bytes(cache) == {digest: len(libz)}
     blob = tmp_path / "layout" / "blobs" / "sha256" / digest.split(":", 1)[1]

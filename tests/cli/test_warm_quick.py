@@ -66,7 +66,7 @@ class Run:
 
 
 @pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def work(tmp_path: Path) -> Path:
     """The directory the audits run in (policy discovery looks there and above)."""
     path = tmp_path / "work"
     path.mkdir()
@@ -90,6 +90,23 @@ def _audit(work: Path, ref: str, cache: Path, *more: str, env: dict[str, str] | 
     return _pinguard(
         work, "audit", ref, "--format", "json", "--cache-dir", str(cache), *more, env=env
     )
+
+
+def _stored(work: Path, ref: str, cache: Path, *more: str) -> Run:
+    """A cold audit, and the check that the same command line is then answered before
+    parsing (the case each miss below departs from)."""
+    cold = _audit(work, ref, cache, *more)
+    assert not _audit(work, ref, cache, *more).parsed
+    return cold
+
+
+def _missed(work: Path, ref: str, cache: Path, *more: str) -> Run:
+    """The command line run again after a change the quick entry must not answer: parsed,
+    and giving what a ``--no-cache`` audit of the new state gives."""
+    run = _audit(work, ref, cache, *more)
+    assert run.parsed
+    assert run.same(_truth(work, ref, *more))
+    return run
 
 
 def _truth(work: Path, ref: str, *more: str) -> Run:
@@ -126,32 +143,26 @@ def test_a_layout_retagged_to_another_image_is_audited_again(tmp_path: Path, wor
     layout = _layout(tmp_path / "layout", "2.0", "1.0")
     other = _layout(tmp_path / "other", "1.0", "2.0")  # an upgrade: passes
     cache = tmp_path / "cache"
-    first = _audit(work, layout.source, cache)
-    assert not _audit(work, layout.source, cache).parsed
+    first = _stored(work, layout.source, cache)
     for blob in (other.path / "blobs" / "sha256").iterdir():
         shutil.copy(blob, layout.path / "blobs" / "sha256" / blob.name)
     shutil.copy(other.path / "index.json", layout.path / "index.json")  # :t is the other now
-    again = _audit(work, layout.source, cache)
-    assert again.parsed
+    again = _missed(work, layout.source, cache)
     assert again.code == 0 != first.code
-    assert again.same(_truth(work, layout.source))
 
 
 def test_a_manifest_of_other_bytes_is_never_answered(tmp_path: Path, work: Path) -> None:
     layout = _layout(tmp_path / "layout", "2.0", "1.0")
     cache = tmp_path / "cache"
-    _audit(work, layout.source, cache)
-    assert not _audit(work, layout.source, cache).parsed
+    _stored(work, layout.source, cache)
     digest = layout.images[0].manifest_digest.removeprefix("sha256:")
     manifest = layout.path / "blobs" / "sha256" / digest
     data = manifest.read_bytes()
     manifest.write_bytes(b" " + data[1:])  # same size, other bytes
     assert manifest.read_bytes() != data
-    again = _audit(work, layout.source, cache)
-    assert again.parsed
+    again = _missed(work, layout.source, cache)
     assert again.code == 3  # the blob is not its digest's: the image cannot be read
     assert "sha256:" + digest in again.err
-    assert again.same(_truth(work, layout.source))
 
 
 def test_an_edited_policy_or_dockerfile_and_a_policy_found_are_misses(
@@ -164,33 +175,26 @@ def test_an_edited_policy_or_dockerfile_and_a_policy_found_are_misses(
     dockerfile = work / "Dockerfile"
     dockerfile.write_text("FROM scratch\nRUN pip install foo==2.0\n")
     more = ("--policy", str(policy), "--dockerfile", str(dockerfile))
-    _audit(work, layout.source, cache, *more)
-    assert not _audit(work, layout.source, cache, *more).parsed
+    _stored(work, layout.source, cache, *more)
 
     policy.write_text('[rules.downgrade]\nseverity = "warning"\n')  # no longer fails it
-    edited = _audit(work, layout.source, cache, *more)
-    assert edited.parsed
+    edited = _missed(work, layout.source, cache, *more)
     assert edited.code == 0
-    assert edited.same(_truth(work, layout.source, *more))
     assert not _audit(work, layout.source, cache, *more).parsed  # stored again
 
     dockerfile.write_text("FROM scratch\nRUN pip install foo==1.0\n")
     assert _audit(work, layout.source, cache, *more).parsed
 
-    plain = _audit(work, layout.source, cache)
-    assert not _audit(work, layout.source, cache).parsed
+    plain = _stored(work, layout.source, cache)
     (work / "pinguard.toml").write_text('[rules.downgrade]\nseverity = "warning"\n')
-    found = _audit(work, layout.source, cache)
-    assert found.parsed
+    found = _missed(work, layout.source, cache)
     assert found.code == 0 != plain.code
-    assert found.same(_truth(work, layout.source))
 
 
 def test_another_environment_or_an_altered_report_is_a_miss(tmp_path: Path, work: Path) -> None:
     layout = _layout(tmp_path / "layout", "2.0", "1.0")
     cache = tmp_path / "cache"
-    cold = _audit(work, layout.source, cache)
-    assert not _audit(work, layout.source, cache).parsed
+    cold = _stored(work, layout.source, cache)
     env = {**os.environ, "PINGUARD_CACHE_URL": "file:///nowhere"}  # read by the fleet task
     assert _audit(work, layout.source, cache, env=env).parsed
 

@@ -34,7 +34,7 @@ from pathlib import Path
 # ``typing.TYPE_CHECKING`` without importing typing (2 ms of a warm audit): mypy reads the name
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
     from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
     from types import ModuleType
     from typing import Any
@@ -132,15 +132,23 @@ def _scan(
     directory: str, prefix: str, keep: tuple[str, ...] | None, out: list[tuple[str, bytes]]
 ) -> None:
     """``_walk`` of a directory on disk (the same names, order and bytes)."""
+    for name, entry in _entries(directory, prefix):
+        if keep is None or entry.name.endswith(keep):
+            with open(entry.path, "rb") as fh:
+                out.append((name, fh.read()))
+
+
+def _entries(directory: str, prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(``prefix`` + path, entry) of every file below ``directory`` on disk, sorted by path;
+    ``__pycache__`` is never entered."""
     with os.scandir(directory) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
         if entry.is_dir():
             if entry.name != "__pycache__":
-                _scan(entry.path, f"{prefix}{entry.name}/", keep, out)
-        elif keep is None or entry.name.endswith(keep):
-            with open(entry.path, "rb") as fh:
-                out.append((prefix + entry.name, fh.read()))
+                yield from _entries(entry.path, f"{prefix}{entry.name}/")
+        else:
+            yield prefix + entry.name, entry
 
 
 def _sources(module: ModuleType) -> list[tuple[str, bytes]]:
@@ -280,20 +288,10 @@ def package_fingerprint(package: str) -> str:
     if directory is None:
         return package_digest(package)
     stats: list[str] = []
-    _stat(directory, f"{package}/", stats)
+    for name, entry in _entries(directory, f"{package}/"):
+        st = entry.stat()
+        stats.append(f"{name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
     return digest_of(stats)
-
-
-def _stat(directory: str, prefix: str, out: list[str]) -> None:
-    with os.scandir(directory) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for entry in entries:
-        if entry.is_dir():
-            if entry.name != "__pycache__":
-                _stat(entry.path, f"{prefix}{entry.name}/", out)
-        else:
-            st = entry.stat()
-            out.append(f"{prefix}{entry.name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
 
 
 def _image(resolved: ResolvedImage) -> str:

@@ -153,12 +153,15 @@ def lookup(args: argparse.Namespace) -> Lookup:
     import datetime as _dt
 
     entries = EntryDir(args.cache_dir or default_cache_dir(), KIND)
-    key = _key(args, resolved)
+    # read once for both keys: what policy discovery reads, and the Dockerfile
+    discovered = _discovered_inputs()
+    dockerfile = _file_digest(args.dockerfile) if args.dockerfile else ""
+    key = _key(args, resolved, discovered=discovered, dockerfile=dockerfile)
     found = _result(entries, key, _dt.date.today())
     if found is not None:
         source.close()
         return Lookup(report=found[0], code=found[1])
-    quick, inputs = _quick(args, source)
+    quick, inputs = _quick(args, source, discovered=discovered, dockerfile=dockerfile)
     return Lookup(
         source=source,
         resolved=resolved,
@@ -171,19 +174,19 @@ def lookup(args: argparse.Namespace) -> Lookup:
 
 
 def _quick(
-    args: argparse.Namespace, source: ImageSource
+    args: argparse.Namespace, source: ImageSource, *, discovered: str, dockerfile: str
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The quick key of the command line ``main`` parsed into ``args``, and the files the
-    image and the Dockerfile were read from, with their digests; ("", ()) when the image was
-    not resolved from local files alone."""
+    image and the Dockerfile (``dockerfile``: its digest) were read from, with their
+    digests; ("", ()) when the image was not resolved from local files alone."""
     read = source.resolution_inputs()
     argv = getattr(args, "argv", None)
     if read is None or argv is None:
         return "", ()
     inputs = list(read)
     if args.dockerfile:
-        inputs.append((os.path.abspath(args.dockerfile), _file_digest(args.dockerfile)))
-    return quick_key(argv, policy=_discovered_inputs()), tuple(inputs)
+        inputs.append((os.path.abspath(args.dockerfile), dockerfile))
+    return quick_key(argv, policy=discovered), tuple(inputs)
 
 
 def answer(argv: Sequence[str]) -> int | None:
@@ -266,21 +269,18 @@ def _discovered_inputs() -> str:
     return json.dumps(discovery_inputs())
 
 
-def _key(args: argparse.Namespace, resolved: ResolvedImage) -> str:
-    """``result_key`` of this command line: its options, what policy discovery reads and the
-    Dockerfile's digest."""
+def _key(
+    args: argparse.Namespace, resolved: ResolvedImage, *, discovered: str, dockerfile: str
+) -> str:
+    """``result_key`` of this command line: its options, what policy discovery reads
+    (``discovered``) when no ``--policy`` is given (the file it finds is then checked by
+    digest on a hit, as every policy file is) and the Dockerfile's digest."""
     return result_key(
         {k: v for k, v in sorted(vars(args).items()) if k not in ("func", "argv")},
         resolved,
-        policy=_discovered(args),
-        dockerfile=_file_digest(args.dockerfile) if args.dockerfile else "",
+        policy="" if args.policy else discovered,
+        dockerfile=dockerfile,
     )
-
-
-def _discovered(args: argparse.Namespace) -> str:
-    """What policy discovery reads, when no ``--policy`` is given (the file it finds is then
-    checked by digest on a hit, as every policy file is)."""
-    return "" if args.policy else _discovered_inputs()
 
 
 def _file_digest(path: str) -> str:
