@@ -136,3 +136,30 @@ def test_report_floor_hashes_the_shared_objects_an_audit_read(tmp_path: Path) ->
     blob = tmp_path / "layout" / "blobs" / "sha256" / digest.split(":", 1)[1]
     size, _cpu = bench._floor_one((f"file://{blob}", layer[0].media_type, True, True, len(libz)))
     assert size == len(layer_tar(files, parents=True))
+
+
+def test_stages_print_the_walk_beside_its_references(tmp_path: Path) -> None:
+    """``--stages`` on a layout (no registry) prints where the largest layer's CPU goes, with
+    the bare member visit and the nothing-selected walk beside the walk: both walk the
+    layer's tar in memory, and the visit checks every header's checksum (a stage that stopped
+    early or failed would leave no figure)."""
+    figures = tmp_path / "figures.json"
+    stdout = run_benchmark(
+        "audit_bench.py",
+        "--smoke",
+        "--layout",
+        "--no-baseline",
+        "--no-verify-records",
+        "--stages",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(figures),
+        timeout=180,
+    )
+    stages = json.loads(figures.read_text())["stages"]
+    for row in ("walk, analyzers, threads", "bare member visit", "walk, nothing selected"):
+        assert re.search(rf"  {re.escape(row)} +[0-9.]+ cpu s", stdout), stdout
+        assert stages[row] > 0, stages
+    # the whole layer (fetch, inflate, both digests, the analyzers) costs more than a walk alone
+    assert stages["pinguard total"] > stages["walk, nothing selected"], stages
