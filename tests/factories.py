@@ -1,4 +1,5 @@
-"""Small builders of audit results from models.py types, for the policy and report tests."""
+"""Small builders of audit results from models.py types, for the policy and report tests, and
+of the files a layer installs (``installed_dist``), for the CLI tests' real images."""
 
 from __future__ import annotations
 
@@ -98,3 +99,17 @@ def result(
         snapshots=tuple(final for _ in steps),
         incomplete=tuple(incomplete),
     )
+
+
+LAYER_SITE = "usr/local/lib/python3.12/site-packages"
+
+
+def installed_dist(version: str, name: str = "foo") -> dict[str, bytes]:
+    """The files an install of ``name`` ``version`` leaves in a layer's site-packages (its
+    METADATA, RECORD and module), as ``{path: bytes}`` for ``build_oci_layout``."""
+    info = f"{LAYER_SITE}/{name}-{version}.dist-info"
+    return {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/RECORD": f"{name}/__init__.py,,\n{info}/METADATA,,\n".encode(),
+        f"{LAYER_SITE}/{name}/__init__.py": f"VERSION = {version!r}\n".encode(),
+    }

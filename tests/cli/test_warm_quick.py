@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pinguard.cache import key
+from tests.factories import installed_dist
 from tests.infra.registry import Layout, build_oci_layout
 
 _RUN = """
@@ -33,20 +34,9 @@ sys.stdout.flush()
 print(json.dumps({"code": code, "parsed": "argparse" in sys.modules}), file=sys.stderr)
 """
 
-SITE = "usr/local/lib/python3.12/site-packages"
-
-
-def _dist(version: str) -> dict[str, bytes]:
-    info = f"{SITE}/foo-{version}.dist-info"
-    return {
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: foo\nVersion: {version}\n".encode(),
-        f"{info}/RECORD": f"foo/__init__.py,,\n{info}/METADATA,,\n".encode(),
-        f"{SITE}/foo/__init__.py": f"VERSION = {version!r}\n".encode(),
-    }
-
 
 def _layout(path: Path, first: str, then: str) -> Layout:
-    return build_oci_layout(path, tag="t", layers=[_dist(first), _dist(then)])
+    return build_oci_layout(path, tag="t", layers=[installed_dist(first), installed_dist(then)])
 
 
 class Run:

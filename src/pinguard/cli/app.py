@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from pinguard import __version__
+from pinguard.cli.output import guard_stdout, release_stdout
 from pinguard.errors import EXIT_INTERRUPTED, EXIT_PASS, EXIT_USAGE, PinguardError
 
 # ``typing.TYPE_CHECKING`` without importing typing (2 ms of a warm audit): mypy reads the name
@@ -90,12 +91,22 @@ def err(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code. Ctrl-C anywhere in here (the subcommand's imports,
-    parsing, the work) is ``pinguard: error: interrupted`` and 130, never a traceback."""
+    parsing, the work) is ``pinguard: error: interrupted`` and 130, never a traceback; a
+    stdout that cannot take what the command printed (closed, a full disk, its reader gone)
+    is ``pinguard: error: cannot write ... to stdout: WHY`` and 2 (``cli.output``)."""
+    guard = guard_stdout()
     try:
-        return _main(argv)
+        code = _main(argv)
+        guard.flush()  # a full disk or a reader gone shows here, not at the interpreter's exit
     except KeyboardInterrupt:
         err("interrupted")
         return EXIT_INTERRUPTED
+    except PinguardError as exc:  # raised outside a command: its report could not be written
+        err(str(exc))
+        return exc.exit_code
+    finally:
+        release_stdout(guard)
+    return code
 
 
 def _main(argv: Sequence[str] | None) -> int:

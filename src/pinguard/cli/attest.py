@@ -24,6 +24,7 @@ from pinguard.cli.common import (
     run_audit,
     source_options,
 )
+from pinguard.cli.output import write_stdout
 from pinguard.errors import EXIT_IMAGE, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.policy.load import load_run_policy
@@ -125,6 +126,6 @@ def run(args: argparse.Namespace) -> int:
         digest = result.image.manifest_digest
         print(f"attached {attached.digest} to {digest} (via {how})", file=sys.stderr)
     if not args.output and not args.push:
-        sys.stdout.write(signed.envelope)
+        write_stdout(signed.envelope, "the attestation")
     print(f"attested verdict: {signed.verdict}", file=sys.stderr)
     return 0 if signed.verdict == "pass" else 1

@@ -29,7 +29,7 @@ from pinguard.cli.common import (
     parse_platform,
     run_audit,
 )
-from pinguard.cli.output import write_output
+from pinguard.cli.output import emit
 from pinguard.errors import UsageError
 from pinguard.models import Platform
 from pinguard.policy.load import load_run_policy
@@ -121,8 +121,5 @@ def run(args: argparse.Namespace) -> int:
         draw_table(cmp, console, options)
     else:
         text = COMPARE_FORMATS[args.format](cmp, options)
-        if args.output:
-            write_output(args.output, text, f"the {args.format} comparison")
-        else:
-            sys.stdout.write(text)
+        emit(text, args.output, f"the {args.format} comparison")
     return 0 if options.verdict(cmp) == "pass" else 1

@@ -25,6 +25,7 @@ from pinguard.cli.common import (
     require_complete,
     run_audit,
 )
+from pinguard.cli.output import write_stdout
 from pinguard.errors import EXIT_USAGE, UsageError
 from pinguard.fileio import atomic_write
 from pinguard.models import AuditResult, Severity
@@ -143,7 +144,7 @@ def _write_or_print(args: argparse.Namespace, text: str, what: str, report: Text
         atomic_write(args.output, text)
         print(f"wrote {what} to {args.output}", file=report)
     else:
-        sys.stdout.write(text)
+        write_stdout(text, what)
 
 
 def _say_known_good(cs: ConstraintSet, report: TextIO) -> None:
