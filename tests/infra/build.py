@@ -270,6 +270,32 @@ class BuildResult:
         return self
 
 
+#: What buildah's chroot isolation prints when sealing the memfd copy of itself that it runs
+#: a RUN step through fails (EBUSY: a transient race in its setup, before the step's command
+#: starts; seen in a CI run of this suite). Only a build that failed so is run again.
+SETUP_RACE = "sealing memfd copy: Device or resource busy"
+SETUP_RACE_TRIES = 3
+
+
+def _bud(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+    """One ``buildah bud``: its exit code and its output (a timeout is -1, with a note)."""
+    try:
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+        return proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout
+        text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+        return -1, text + f"\n[pinguard-tests] build timed out after {timeout}s\n"
+
+
 def build_image(
     context_dir: Path,
     dockerfile_text: str,
@@ -312,21 +338,12 @@ def build_image(
             argv += ["--build-arg", f"{key}={value}"]
         argv += [*extra_args, str(context_dir)]
         env = {**os.environ, "BUILDAH_ISOLATION": "chroot"}
-        try:
-            proc = subprocess.run(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                env=env,
-                check=False,
-            )
-            returncode, log = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout
-            text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
-            returncode, log = -1, text + f"\n[pinguard-tests] build timed out after {timeout}s\n"
+        for attempt in range(1, SETUP_RACE_TRIES + 1):
+            returncode, log = _bud(argv, env, timeout)
+            if returncode == 0 or SETUP_RACE not in log or attempt == SETUP_RACE_TRIES:
+                break
+            # buildah failed to set up a RUN step, before the step's command ran: build again
+            # (with --layers the steps already built come from the cache)
         image_id = Path(iidfile).read_text().strip() or None if returncode == 0 else None
         return BuildResult(tag=tag, returncode=returncode, log=log, image_id=image_id)
     finally:

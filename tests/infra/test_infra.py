@@ -28,6 +28,7 @@ import pytest
 from tests.conftest import require_build_tools
 from tests.infra.build import (
     BASE_IMAGE,
+    SETUP_RACE,
     build_image,
     build_scratch_image,
     image_config,
@@ -334,3 +335,39 @@ def test_podman_api_serves_built_images(podman_api: PodmanService, scenario: Sce
 def test_base_image_tag_is_local() -> None:
     """The base image never resolves against a remote registry."""
     assert BASE_IMAGE.startswith("localhost/")
+
+
+_FAKE_BUILDAH = """#!/bin/sh
+# a stand-in for buildah: fails its first FAILS calls with MESSAGE, then writes the image id
+n=$(($(cat "$COUNT" 2>/dev/null || echo 0) + 1)); echo "$n" > "$COUNT"
+if [ "$n" -le "$FAILS" ]; then echo "STEP 1/2: FROM base"; echo "$MESSAGE"; exit 1; fi
+while [ "$#" -gt 0 ]; do [ "$1" = --iidfile ] && echo sha256:abc > "$2"; shift; done
+exit 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("message", "fails", "calls", "ok"),
+    [
+        (f"Close_Fd {SETUP_RACE}", 1, 2, True),  # the setup race: built again
+        (f"Close_Fd {SETUP_RACE}", 5, 3, False),  # at most SETUP_RACE_TRIES times
+        ("Error: building at STEP: exit status 1", 1, 1, False),  # a real failure: never again
+    ],
+)
+def test_build_image_runs_again_only_after_buildahs_setup_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str, fails: int, calls: int, ok: bool
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "buildah"
+    fake.write_text(_FAKE_BUILDAH)
+    fake.chmod(0o755)
+    count = tmp_path / "count"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("COUNT", str(count))
+    monkeypatch.setenv("FAILS", str(fails))
+    monkeypatch.setenv("MESSAGE", message)
+    result = build_image(tmp_path / "context", "FROM base\nRUN true\n", "t")
+    assert int(count.read_text()) == calls
+    assert result.ok is ok
+    assert (result.image_id == "sha256:abc") is ok
