@@ -1123,17 +1123,16 @@ def analyze(layer):
 # header's checksum, size and name, the member's data passed over: no analyzer, no name rule,
 # no thread), and pinguard's own walk with every name seen and nothing selected
 def visit(tar):
-    from pinguard.layers.tar import BLOCK, Chunks, _checksum_ok
+    from pinguard.layers.tar import _NO_DATA, _ZERO_BLOCK, BLOCK, Chunks, _checksum_ok
     src = Chunks(iter(tar))
     while True:
         header = src.take(BLOCK)
-        if len(header) < BLOCK or header == bytes(BLOCK):
+        if len(header) < BLOCK or header == _ZERO_BLOCK:
             break
         assert _checksum_ok(header)
         size = int(header[124:135], 8) if header[135] in (0, 32) else 0
         header[:100].split(b"\\0", 1)[0].decode("utf-8", "surrogateescape")
-        no_data = header[156:157] in (b"1", b"2", b"3", b"4", b"5", b"6")
-        src.skip(0 if no_data else (size + 511) & ~511)
+        src.skip(0 if header[156:157] in _NO_DATA else (size + 511) & ~511)
 def walk_only(tar):
     from pinguard.layers.names import MemberNames
     from pinguard.layers.tar import Chunks, walk_members

@@ -44,17 +44,12 @@ def emit(text: str, output: str | None, what: str) -> None:
 
 def write_stdout(text: str, what: str) -> None:
     """``text`` on stdout, flushed; ``OutputError`` naming ``what`` when stdout is closed or
-    the write fails."""
+    the write fails (through the command's ``GuardedStdout``, or one made for this write)."""
+    out = sys.stdout if isinstance(sys.stdout, GuardedStdout) else GuardedStdout(sys.stdout)
     try:
-        if sys.stdout is None:  # started with its stdout closed, and no ``guard_stdout``
-            raise StdoutFailure("stdout is closed")
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except (OSError, ValueError) as exc:  # ValueError: the file object itself was closed
-            raise StdoutFailure(_why(exc)) from None
+        out.write(text)
+        out.flush()
     except StdoutFailure as exc:
-        _discard_stdout()
         raise OutputError(f"cannot write {what} to stdout: {exc.why}") from None
 
 
@@ -70,8 +65,9 @@ class GuardedStdout:
     """``sys.stdout`` for the length of a command (``guard_stdout``): every write and
     flush that fails, however the command prints (a report, rich's table, a line), raises
     ``StdoutFailure``; a process started with its stdout closed fails at its first write,
-    not before, so a command that prints nothing there (``-o``) is not an error. Anything
-    else is the real stream's."""
+    not before, so a command that prints nothing there (``-o``) is not an error. A failed
+    stream is pointed at the null device, so what is left in its buffer goes nowhere and the
+    interpreter's last flush has nothing to fail on. Anything else is the real stream's."""
 
     def __init__(self, inner: TextIO | None) -> None:
         self.inner = inner
@@ -81,13 +77,11 @@ class GuardedStdout:
         if self.inner is None:
             if not text:
                 return 0
-            self.failed = True
-            raise StdoutFailure("stdout is closed")
+            raise self._fail("stdout is closed")
         try:
             return self.inner.write(text)
-        except (OSError, ValueError) as exc:
-            self.failed = True
-            raise StdoutFailure(_why(exc)) from None
+        except (OSError, ValueError) as exc:  # ValueError: the file object itself was closed
+            raise self._fail(_why(exc)) from None
 
     def flush(self) -> None:
         if self.inner is None or self.failed:
@@ -95,14 +89,27 @@ class GuardedStdout:
         try:
             self.inner.flush()
         except (OSError, ValueError) as exc:
-            self.failed = True
-            raise StdoutFailure(_why(exc)) from None
+            raise self._fail(_why(exc)) from None
 
     def isatty(self) -> bool:
         return self.inner is not None and self.inner.isatty()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    def _fail(self, why: str) -> StdoutFailure:
+        self.failed = True
+        try:  # the stream's own descriptor: a stream with none (a test's StringIO) is left
+            fd = self.inner.fileno() if self.inner is not None else -1
+            if fd >= 0:
+                null = os.open(os.devnull, os.O_WRONLY)
+                try:
+                    os.dup2(null, fd)
+                finally:
+                    os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return StdoutFailure(why)
 
 
 def guard_stdout() -> GuardedStdout:
@@ -113,12 +120,9 @@ def guard_stdout() -> GuardedStdout:
 
 
 def release_stdout(guard: GuardedStdout) -> None:
-    """The real stream back in ``sys.stdout`` (pointed at the null device if it failed, so
-    the interpreter's last flush has nothing left to fail on)."""
+    """The real stream back in ``sys.stdout``."""
     if sys.stdout is guard:
         sys.stdout = guard.inner
-    if guard.failed:
-        _discard_stdout()
 
 
 def _why(exc: Exception) -> str:
@@ -127,16 +131,3 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
     return "stdout is closed"
-
-
-def _discard_stdout() -> None:
-    """Point stdout's file descriptor at the null device: what is left in the stream's
-    buffer goes nowhere."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, 1)
-        finally:
-            os.close(null)
-    except OSError:
-        pass
